@@ -1,0 +1,5 @@
+"""`python -m fredica` runs the CLI."""
+
+from fredica.cli import main
+
+main()

@@ -1,0 +1,413 @@
+"""The `fredica` command line: run a node, and talk to one over HTTP."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import httpx
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from fredica import __version__, errors
+
+app = typer.Typer(
+    help="fredica: the machines you already own, working as one media processing cluster.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+pipeline_app = typer.Typer(help="Create, list, show and cancel pipelines.", no_args_is_help=True)
+task_app = typer.Typer(help="Control one task.", no_args_is_help=True)
+app.add_typer(pipeline_app, name="pipeline")
+app.add_typer(task_app, name="task")
+
+console = Console()
+err_console = Console(stderr=True)
+
+DEFAULT_NODE = "http://127.0.0.1:7631"
+NodeOpt = Annotated[
+    str,
+    typer.Option("--node", envvar="FREDICA_NODE", help="URL of the node to talk to."),
+]
+STATUS_STYLE = {
+    "pending": "dim",
+    "claimed": "dim",
+    "running": "cyan",
+    "stale": "yellow",
+    "reclaimed": "yellow",
+    "completed": "green",
+    "failed": "red",
+    "cancelled": "magenta",
+    "skipped": "blue",
+    "cancelling": "magenta",
+    "partial_failed": "red",
+}
+TERMINAL_PIPELINE = {"completed", "failed", "cancelled", "partial_failed"}
+
+
+def _die(message: str, code: int = 1) -> NoReturn:
+    err_console.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+class Client:
+    """A small synchronous client of a node's `/api/v1`."""
+
+    def __init__(self, base: str, timeout: float = 30.0) -> None:
+        self.base = base.rstrip("/")
+        self.http = httpx.Client(base_url=self.base, timeout=timeout, trust_env=False)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.ConnectError:
+            _die(f"cannot reach a node at {self.base}; is `fredica serve` running?", 2)
+        except httpx.TimeoutException:
+            _die(f"the node at {self.base} did not answer in time", 2)
+        if response.status_code >= 400:
+            try:
+                detail = response.json().get("error") or response.json().get("detail")
+            except ValueError:
+                detail = response.text
+            _die(f"{response.status_code}: {detail}")
+        return response.json()
+
+
+# --- serve ------------------------------------------------------------------------------------
+@app.command()
+def serve(
+    config: Annotated[
+        Path | None, typer.Option(help="worker.yaml (default: <data-dir>/worker.yaml)")
+    ] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Where the node keeps its state.")] = None,
+    host: Annotated[str | None, typer.Option(help="Address to listen on.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on (default 7631).")] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run a node: the worker engine and the HTTP API."""
+    import uvicorn
+
+    from fredica import bootstrap
+    from fredica.api.app import create_app
+    from fredica.node import Node
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        boot = bootstrap.bootstrap(config, data_dir, host, port)
+        node = Node(boot.settings)
+    except errors.ConfigError as exc:
+        _die(exc.message)
+    settings = boot.settings
+    err_console.print(
+        f"fredica {__version__} node [bold]{settings.node_id}[/bold] on "
+        f"http://{settings.host}:{settings.port} (data: {settings.data_dir}, "
+        f"config: {boot.config_path})"
+    )
+    grace = settings.engine_settings().shutdown_grace
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(node),
+            host=settings.host,
+            port=settings.port,
+            log_level=log_level.lower(),
+            timeout_graceful_shutdown=int(grace) + 5,
+        )
+    )
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then restores the previous handlers and
+    # raises the signal again; make that a normal exit instead of a death by signal.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_after_graceful_shutdown)
+    server.run()
+    if node.engine.failure is not None:
+        raise typer.Exit(1)
+
+
+def _exit_after_graceful_shutdown(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+# --- pipelines ----------------------------------------------------------------------------------
+def _parse_params(values: list[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in values:
+        if "=" not in item:
+            _die(f"--param takes key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        try:
+            params[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            params[key] = raw
+    return params
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text()
+        return json.loads(text)
+    except OSError as exc:
+        _die(f"cannot read {path}: {exc}")
+    except json.JSONDecodeError as exc:
+        _die(f"{path} is not valid JSON: {exc}")
+
+
+@pipeline_app.command("create")
+def pipeline_create(
+    template: Annotated[str, typer.Argument(help="Template name (custom, network_test, ...).")],
+    node: NodeOpt = DEFAULT_NODE,
+    material_id: Annotated[
+        str | None, typer.Option(help="Material this pipeline processes.")
+    ] = None,
+    source: Annotated[str | None, typer.Option(help="URL or file path to process.")] = None,
+    tasks: Annotated[
+        Path | None, typer.Option(help="JSON file with the task list (custom).")
+    ] = None,
+    param: Annotated[
+        list[str], typer.Option(help="Template parameter key=value (JSON values).")
+    ] = [],  # noqa: B006
+    body: Annotated[Path | None, typer.Option(help="JSON file with extra request fields.")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Show live progress.")] = False,
+) -> None:
+    """Create a pipeline from a template."""
+    request: dict[str, Any] = dict(_read_json(body)) if body else {}
+    request["template"] = template
+    if material_id:
+        request["material_id"] = material_id
+    if source:
+        request["source"] = source
+    if tasks is not None:
+        loaded = _read_json(tasks)
+        request["tasks"] = loaded["tasks"] if isinstance(loaded, dict) else loaded
+    if param:
+        request.setdefault("params", {}).update(_parse_params(param))
+    client = Client(node)
+    created = client.request("POST", "/api/v1/pipelines", json=request)
+    note = (
+        " (an active pipeline for this material already exists)" if created["deduplicated"] else ""
+    )
+    console.print(f"pipeline [bold]{created['pipeline_id']}[/bold]{note}")
+    if follow:
+        raise typer.Exit(_follow(client, created["pipeline_id"]))
+
+
+@pipeline_app.command("list")
+def pipeline_list(
+    node: NodeOpt = DEFAULT_NODE,
+    status: Annotated[str | None, typer.Option(help="Only pipelines in this status.")] = None,
+    limit: int = 50,
+) -> None:
+    """List pipelines, newest first."""
+    params: dict[str, Any] = {"limit": limit}
+    if status:
+        params["status"] = status
+    data = Client(node).request("GET", "/api/v1/pipelines", params=params)
+    table = Table("id", "template", "material", "status", "done/total", "created")
+    for p in data["pipelines"]:
+        table.add_row(
+            p["id"],
+            p["template"],
+            p["material_id"],
+            Text(p["status"], style=STATUS_STYLE.get(p["status"], "")),
+            f"{p['done_tasks']}/{p['total_tasks']}",
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(p["created_at"])),
+        )
+    console.print(table)
+
+
+def _pipeline_view(data: dict[str, Any]) -> Group:
+    status = data["status"]
+    head = Text.assemble(
+        ("pipeline ", "bold"),
+        (data["id"], "bold"),
+        f"  {data['template']}  ",
+        (status, STATUS_STYLE.get(status, "")),
+        f"  {data['done_tasks']}/{data['total_tasks']} done",
+    )
+    refs = {v: k for k, v in data.get("params", {}).get("refs", {}).items()}
+    table = Table("task", "type", "status", "progress", "node", "note / error", expand=True)
+    for t in data["tasks"]:
+        shown = "paused" if t["status"] == "running" and t["is_paused"] else t["status"]
+        pct = 100 if t["status"] in ("completed", "skipped") else t["progress"]
+        note = t["error"] or t["progress_note"] or ""
+        table.add_row(
+            refs.get(t["id"], t["id"][:8]),
+            t["type"],
+            Text(shown, style="yellow" if shown == "paused" else STATUS_STYLE.get(shown, "")),
+            Group(ProgressBar(total=100, completed=pct, width=20), Text(f"{pct}%")),
+            t["claimed_by"] or "",
+            Text(note[:80], style="red" if t["error"] else "dim"),
+        )
+    return Group(head, table)
+
+
+def _follow(client: Client, pipeline_id: str) -> int:
+    version = 0
+    data = client.request("GET", f"/api/v1/pipelines/{pipeline_id}")
+    with Live(_pipeline_view(data), console=console, refresh_per_second=8) as live:
+        while data["status"] not in TERMINAL_PIPELINE:
+            version = client.request(
+                "GET", "/api/v1/changes", params={"after": version, "timeout": 2.0}
+            )["version"]
+            data = client.request("GET", f"/api/v1/pipelines/{pipeline_id}")
+            live.update(_pipeline_view(data))
+    return 0 if data["status"] == "completed" else 1
+
+
+@pipeline_app.command("show")
+def pipeline_show(
+    pipeline_id: str,
+    node: NodeOpt = DEFAULT_NODE,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Live view until it ends.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON.")] = False,
+) -> None:
+    """Show a pipeline and its tasks."""
+    client = Client(node)
+    if follow:
+        raise typer.Exit(_follow(client, pipeline_id))
+    data = client.request("GET", f"/api/v1/pipelines/{pipeline_id}")
+    if as_json:
+        console.print_json(data=data)
+    else:
+        console.print(_pipeline_view(data))
+
+
+@pipeline_app.command("cancel")
+def pipeline_cancel(pipeline_id: str, node: NodeOpt = DEFAULT_NODE) -> None:
+    """Cancel a pipeline (running tasks are stopped; it ends `cancelled`)."""
+    data = Client(node).request("DELETE", f"/api/v1/pipelines/{pipeline_id}")
+    console.print(f"pipeline {pipeline_id}: {data['status']}")
+
+
+# --- tasks --------------------------------------------------------------------------------------
+def _task_action(action: str, task_id: str, node: str) -> None:
+    data = Client(node).request("POST", f"/api/v1/tasks/{task_id}/{action}")
+    paused = " (paused)" if data["is_paused"] else ""
+    console.print(f"task {task_id}: {data['status']}{paused}")
+
+
+@task_app.command("pause")
+def task_pause(task_id: str, node: NodeOpt = DEFAULT_NODE) -> None:
+    """Pause a running, pausable task (its processes are stopped)."""
+    _task_action("pause", task_id, node)
+
+
+@task_app.command("resume")
+def task_resume(task_id: str, node: NodeOpt = DEFAULT_NODE) -> None:
+    """Resume a paused task."""
+    _task_action("resume", task_id, node)
+
+
+@task_app.command("cancel")
+def task_cancel(task_id: str, node: NodeOpt = DEFAULT_NODE) -> None:
+    """Cancel a task (a running one is stopped)."""
+    _task_action("cancel", task_id, node)
+
+
+@task_app.command("retry")
+def task_retry(task_id: str, node: NodeOpt = DEFAULT_NODE) -> None:
+    """Run a failed or cancelled task again."""
+    _task_action("retry", task_id, node)
+
+
+@task_app.command("skip")
+def task_skip(task_id: str, node: NodeOpt = DEFAULT_NODE) -> None:
+    """Skip a pending, failed or cancelled task (its dependents may run)."""
+    _task_action("skip", task_id, node)
+
+
+@task_app.command("show")
+def task_show(task_id: str, node: NodeOpt = DEFAULT_NODE) -> None:
+    """Show a task with its events."""
+    console.print_json(data=Client(node).request("GET", f"/api/v1/tasks/{task_id}"))
+
+
+# --- node ---------------------------------------------------------------------------------------
+@app.command()
+def status(node: NodeOpt = DEFAULT_NODE) -> None:
+    """Show the node's state and task counts."""
+    data = Client(node).request("GET", "/api/v1/status")
+    table = Table(show_header=False)
+    table.add_row("node", f"{data['node_id']} ({data['hostname']})")
+    table.add_row("address", data["address"])
+    table.add_row("running", f"{data['running']}/{data['max_workers']}")
+    table.add_row("previous shutdown", data["previous_shutdown_type"])
+    counts = data["task_counts"]
+    table.add_row("tasks", "  ".join(f"{k} {v}" for k, v in counts.items() if v) or "none")
+    table.add_row("task types", ", ".join(data["task_types"]))
+    table.add_row("templates", ", ".join(data["templates"]))
+    console.print(table)
+
+
+@app.command("network-test")
+def network_test_cmd(
+    urls: Annotated[
+        list[str] | None, typer.Argument(help="URLs (default: the built-in list).")
+    ] = None,
+    node: NodeOpt = DEFAULT_NODE,
+    timeout_ms: int = 5000,
+) -> None:
+    """Measure HTTP latency from the node to some URLs."""
+    client = Client(node)
+    body: dict[str, Any] = {"timeout_ms": timeout_ms}
+    if urls:
+        body["urls"] = urls
+    created = client.request("POST", "/api/v1/NetworkTestRoute", json=body)
+    code = _follow(client, created["pipeline_id"])
+    task = client.request("GET", f"/api/v1/tasks/{created['task_id']}")
+    table = Table("URL", "latency", "status")
+    for row in (task.get("result") or {}).get("results", []):
+        latency = "-" if row["latency_ms"] is None else f"{row['latency_ms']} ms"
+        table.add_row(
+            row["url"], latency, row["status"] + (f" ({row['error']})" if row.get("error") else "")
+        )
+    console.print(table)
+    raise typer.Exit(code)
+
+
+@app.command()
+def demo(
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Where the demo node keeps its state.")
+    ] = None,
+    node: Annotated[
+        str | None, typer.Option("--node", help="Use this running node instead.")
+    ] = None,
+) -> None:
+    """Run the engine demo: a DAG of NETWORK_TEST tasks with a live view, pause and resume."""
+    from fredica import demo as demo_mod
+
+    raise typer.Exit(demo_mod.run_demo(console, data_dir=data_dir, node_url=node))
+
+
+def _mount_config_commands() -> None:
+    from fredica import cli_config
+
+    app.add_typer(cli_config.config_app, name="config")
+
+    @app.command()
+    def capabilities(
+        config: Annotated[Path | None, typer.Option(help="worker.yaml to read.")] = None,
+    ) -> None:
+        """Show what this node declares it can do, and why."""
+        cli_config.capabilities_command(config)
+
+
+_mount_config_commands()
+
+
+def main() -> None:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    app()

@@ -1,0 +1,38 @@
+"""Injectable time: logic that tests must control never reads the clock directly."""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """A source of wall-clock time (Unix seconds, sub-second precision)."""
+
+    def now(self) -> float:
+        """Return the current time in Unix seconds."""
+        ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> float:
+        return time.time()
+
+
+class ManualClock:
+    """A clock that only moves when told to (unit tests)."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self._now = start
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> float:
+        self._now += seconds
+        return self._now
+
+    def set(self, value: float) -> None:
+        self._now = value

@@ -1,0 +1,1 @@
+"""Pure domain model: statuses, tasks, pipelines, transitions (no I/O)."""

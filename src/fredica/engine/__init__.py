@@ -1,0 +1,1 @@
+"""Worker engine: claiming, dispatch, signals, liveness, recovery."""

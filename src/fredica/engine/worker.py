@@ -1,0 +1,554 @@
+"""The worker engine (seed 000 "WorkerEngine", DESIGN §4).
+
+Start-up recovery runs before the first claim. Then a main poll loop claims ready tasks in
+batches straight into `running` (up to the free slots), and side loops commit completions
+together (group commit), flush progress, heartbeat running tasks, and watch liveness
+(stale/reclaim) as the owner. If a side loop dies the engine stops rather than run half-alive.
+
+Every report carries the task's `attempt`: a report refused with `StaleAttempt` means this
+attempt lost the task (reclaimed, cancelled, or claimed again), and its result is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fredica import errors
+from fredica.clock import Clock, SystemClock
+from fredica.domain import models
+from fredica.domain.models import ErrorType, TaskStatus
+from fredica.executors.base import ExecuteResult, TaskExecutor
+from fredica.executors.context import TaskContext
+from fredica.executors.control import TaskControl
+from fredica.registry import Registry
+from fredica.store.base import ClaimFilter, CompletionItem, RecoveryReport
+from fredica.store.runner import StoreRunner
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """Timing knobs, all floats in seconds (DESIGN §4.12)."""
+
+    node_id: str
+    data_dir: Path
+    max_workers: int = 2
+    poll_interval: float = 1.0
+    idle_poll_interval: float = 5.0
+    idle_after_empty_polls: int = 3
+    heartbeat_interval: float = 30.0
+    stale_after: float = 180.0
+    reclaim_after: float = 900.0
+    claim_timeout: float = 60.0
+    monitor_interval: float | None = None  # default: min(heartbeat_interval, stale_after / 3)
+    progress_flush_interval: float = 0.25
+    shutdown_grace: float = 30.0
+
+    @property
+    def effective_monitor_interval(self) -> float:
+        if self.monitor_interval is not None:
+            return self.monitor_interval
+        return max(0.05, min(self.heartbeat_interval, self.stale_after / 3))
+
+
+@dataclass
+class _Running:
+    task: models.Task
+    control: TaskControl
+    job: asyncio.Task[None] | None = None
+    lost: str | None = None  # set when this attempt no longer owns the task
+    pause_writes: list[asyncio.Task[Any]] = field(default_factory=list)
+
+
+class WorkerEngine:
+    """Claims and runs tasks on this node."""
+
+    def __init__(
+        self,
+        db: StoreRunner,
+        registry: Registry,
+        settings: EngineSettings,
+        clock: Clock | None = None,
+        on_change: Callable[[str], None] | None = None,
+    ) -> None:
+        self.db = db
+        self.registry = registry
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self._on_change = on_change
+        self._running: dict[str, _Running] = {}
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._releasing = False
+        self._loops: list[asyncio.Task[None]] = []
+        self._completions: asyncio.Queue[tuple[CompletionItem, asyncio.Future[Any]]] = (
+            asyncio.Queue()
+        )
+        self._progress: dict[str, tuple[int, int, str | None]] = {}
+        self._progress_dirty = asyncio.Event()
+        self.recovery: RecoveryReport | None = None
+        self.stats = {"claimed": 0, "completed": 0, "failed": 0, "retried": 0, "cancelled": 0}
+        self.failure: BaseException | None = None
+        self._background: set[asyncio.Future[Any]] = set()
+        self.stopped = asyncio.Event()
+
+    @property
+    def node_id(self) -> str:
+        return self.settings.node_id
+
+    # --- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> RecoveryReport:
+        """Run start-up recovery, then start the loops. Returns the recovery report."""
+        store = self.db.store
+        self.recovery = await self.db.call(store.recover_startup, self.node_id, self.clock.now())
+        if self.recovery.snapshot or self.recovery.orphans:
+            logger.warning(
+                "start-up recovery: %s",
+                self.recovery.summary(),
+                extra={"action": "startup_recovery"},
+            )
+        for task in self.recovery.failed:
+            await self._call_on_failed(task, ExecuteResult(error=task.error or "interrupted"))
+        loops: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("poll", self._poll_loop),
+            ("commit", self._commit_loop),
+            ("progress", self._progress_loop),
+            ("heartbeat", self._heartbeat_loop),
+            ("monitor", self._monitor_loop),
+        ]
+        for name, fn in loops:
+            loop_task = asyncio.create_task(self._guard(name, fn), name=f"fredica-{name}")
+            self._loops.append(loop_task)
+        return self.recovery
+
+    async def _guard(self, name: str, fn: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await fn()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            logger.exception("engine loop %s died; stopping", name, extra={"action": "loop_died"})
+            self.failure = exc
+            self._stopping = True
+            self._wake.set()
+            self.stopped.set()
+
+    def wake(self) -> None:
+        """New work may be ready: claim now instead of at the next poll."""
+        self._wake.set()
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop claiming; let running work finish within `grace`, then release the rest back to
+        pending (DESIGN §4.10)."""
+        grace = self.settings.shutdown_grace if grace is None else grace
+        self._stopping = True
+        self._wake.set()
+        jobs = [r.job for r in self._running.values() if r.job is not None]
+        if jobs:
+            logger.info(
+                "waiting up to %.1fs for %d running task(s)",
+                grace,
+                len(jobs),
+                extra={"action": "shutdown_wait"},
+            )
+            await asyncio.wait(jobs, timeout=grace)
+        if self._running:
+            self._releasing = True
+            for running in list(self._running.values()):
+                running.control.cancel("node shutting down")
+            remaining = [r.job for r in self._running.values() if r.job is not None]
+            if remaining:
+                await asyncio.wait(remaining, timeout=10)
+        # drain completions still queued, then stop the loops
+        while not self._completions.empty():
+            await asyncio.sleep(0.01)
+        await self._flush_progress()
+        for loop_task in self._loops:
+            loop_task.cancel()
+        for loop_task in self._loops:
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop_task
+        self._loops.clear()
+        self.stopped.set()
+
+    # --- control from the API --------------------------------------------------------------
+    def is_running_here(self, task_id: str) -> bool:
+        return task_id in self._running
+
+    def signal_cancel(self, task_id: str, reason: str = "cancelled by user") -> bool:
+        running = self._running.get(task_id)
+        if running is None:
+            return False
+        running.control.cancel(reason)
+        return True
+
+    async def pause(self, task_id: str) -> models.Task:
+        running = self._require_running(task_id)
+        if not self._executor_pausable(running.task):
+            raise errors.IllegalTransition(f"task {task_id} ({running.task.type}) is not pausable")
+        running.control.pause("paused by user")
+        await self._await_pause_writes(running)
+        return await self.db.call(self.db.store.get_task, task_id)
+
+    async def resume(self, task_id: str) -> models.Task:
+        running = self._require_running(task_id)
+        running.control.resume()
+        await self._await_pause_writes(running)
+        return await self.db.call(self.db.store.get_task, task_id)
+
+    def _require_running(self, task_id: str) -> _Running:
+        running = self._running.get(task_id)
+        if running is None:
+            raise errors.IllegalTransition(f"task {task_id} is not running on this node")
+        return running
+
+    def _executor_pausable(self, task: models.Task) -> bool:
+        executor = self.registry.executor(task.type)
+        return executor is not None and executor.pausable
+
+    async def _await_pause_writes(self, running: _Running) -> None:
+        writes, running.pause_writes = running.pause_writes, []
+        if writes:
+            await asyncio.gather(*writes, return_exceptions=True)
+
+    # --- the poll loop ---------------------------------------------------------------------
+    async def _poll_loop(self) -> None:
+        empty_polls = 0
+        types = self.registry.task_types
+        pausable = self.registry.pausable_map()
+        while not self._stopping:
+            free = self.settings.max_workers - len(self._running)
+            claimed: list[models.Task] = []
+            if free > 0:
+                self._wake.clear()
+                claimed = await self.db.call(
+                    self.db.store.claim,
+                    self.node_id,
+                    ClaimFilter(limit=free, types=types, start=True, pausable=pausable),
+                    self.clock.now(),
+                )
+                for task in claimed:
+                    self._launch(task)
+                if claimed:
+                    self.stats["claimed"] += len(claimed)
+                    self._changed(claimed[0].pipeline_id)
+            if self._stopping:
+                break
+            if claimed and len(claimed) == free:
+                empty_polls = 0
+                await asyncio.sleep(0)  # every slot filled: wait for one to free (wake)
+                if self.settings.max_workers - len(self._running) <= 0:
+                    await self._wait_wake(self.settings.idle_poll_interval)
+                continue
+            empty_polls = 0 if claimed else empty_polls + 1
+            interval = (
+                self.settings.idle_poll_interval
+                if empty_polls >= self.settings.idle_after_empty_polls
+                else self.settings.poll_interval
+            )
+            await self._wait_wake(interval)
+
+    async def _wait_wake(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _launch(self, task: models.Task) -> None:
+        control = TaskControl(task.id)
+        running = _Running(task, control)
+        self._running[task.id] = running
+
+        def on_pause(paused: bool, reason: str | None) -> None:
+            write = asyncio.ensure_future(self._record_pause(running, paused, reason))
+            running.pause_writes.append(write)
+
+        control.on_pause_change(on_pause)
+        running.job = asyncio.create_task(self._dispatch(running), name=f"task-{task.id}")
+
+    async def _record_pause(self, running: _Running, paused: bool, reason: str | None) -> None:
+        task = running.task
+        try:
+            await self.db.call(
+                self.db.store.set_paused,
+                task.id,
+                task.attempt,
+                self.node_id,
+                paused,
+                reason,
+                self.clock.now(),
+            )
+            self._changed(task.pipeline_id)
+        except (errors.StaleAttempt, errors.IllegalTransition) as exc:
+            logger.info("pause flag not recorded: %s", exc, extra={"action": "pause_record"})
+
+    # --- dispatch --------------------------------------------------------------------------
+    async def _dispatch(self, running: _Running) -> None:
+        task = running.task
+        executor = self.registry.executor(task.type)
+        ctx = TaskContext(
+            task=task,
+            control=running.control,
+            node_id=self.node_id,
+            data_dir=self.settings.data_dir,
+            sink=self,
+        )
+        try:
+            try:
+                if executor is None:
+                    raise errors.PermanentError(f"no executor for task type {task.type} here")
+                if task.cancel_requested:
+                    raise errors.TaskCancelled("cancelled by user")
+                existing = await executor.can_skip(task, ctx)
+                if existing is not None:
+                    await self._complete(running, existing, "outputs already exist; skipped run")
+                    return
+                outcome = await executor.execute(task, ctx)
+                if running.control.cancelled:
+                    raise errors.TaskCancelled(running.control.cancel_reason)
+                if outcome.ok:
+                    await self._complete(running, outcome.result_json or {}, None)
+                    return
+                raise _error_from_result(outcome)
+            except errors.TaskError as exc:
+                await self._fail(running, executor, exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.exception("task %s raised", task.id, extra={"action": "task_exception"})
+                await self._fail(
+                    running, executor, errors.TransientError(f"{type(exc).__name__}: {exc}")
+                )
+        except errors.StaleAttempt as exc:
+            logger.warning("dropping result: %s", exc, extra={"action": "fenced"})
+        except Exception:
+            logger.exception(
+                "could not record the outcome of task %s",
+                task.id,
+                extra={"action": "report_failed"},
+            )
+        finally:
+            self._progress.pop(task.id, None)
+            self._running.pop(task.id, None)
+            self._wake.set()
+
+    async def _complete(self, running: _Running, result: dict[str, Any], note: str | None) -> None:
+        if running.lost:
+            raise errors.StaleAttempt(f"task {running.task.id}: {running.lost}")
+        self._progress.pop(running.task.id, None)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        item = CompletionItem(running.task.id, running.task.attempt, result, note)
+        await self._completions.put((item, future))
+        outcome = await future
+        if isinstance(outcome, errors.StaleAttempt):
+            raise outcome
+        if isinstance(outcome, BaseException):
+            # the owner refused the result (e.g. its pipeline hook rejected it): fail the task
+            raise errors.PermanentError(f"result rejected: {outcome}")
+        self.stats["completed"] += 1
+
+    async def _fail(
+        self, running: _Running, executor: TaskExecutor | None, exc: errors.TaskError
+    ) -> None:
+        task = running.task
+        if running.lost:
+            raise errors.StaleAttempt(f"task {task.id}: {running.lost}")
+        now = self.clock.now()
+        if isinstance(exc, errors.TaskCancelled) and self._releasing:
+            await self.db.call(
+                self.db.store.release,
+                task.id,
+                task.attempt,
+                self.node_id,
+                now,
+                "node shut down before the task finished",
+            )
+            self._changed(task.pipeline_id)
+            return
+        after = await self.db.call(
+            self.db.store.fail,
+            task.id,
+            task.attempt,
+            self.node_id,
+            exc.message,
+            exc.error_type,
+            now,
+            exc.retry_after_sec,
+        )
+        self._changed(task.pipeline_id)
+        if after.status is TaskStatus.PENDING:
+            self.stats["retried"] += 1
+            logger.info("task %s will retry: %s", task.id, exc.message, extra={"action": "retry"})
+            self._wake.set()
+            return
+        self.stats["cancelled" if after.status is TaskStatus.CANCELLED else "failed"] += 1
+        if executor is not None:
+            await self._call_on_failed(
+                after, ExecuteResult(error=exc.message, error_type=exc.error_type), executor
+            )
+
+    async def _call_on_failed(
+        self, task: models.Task, result: ExecuteResult, executor: TaskExecutor | None = None
+    ) -> None:
+        executor = executor or self.registry.executor(task.type)
+        if executor is None:
+            return
+        try:
+            await executor.on_task_failed(task, result)
+        except Exception:  # a failing hook must never crash the worker
+            logger.exception(
+                "on_task_failed of %s raised", task.type, extra={"action": "on_task_failed"}
+            )
+
+    # --- group commit ------------------------------------------------------------------------
+    async def _commit_loop(self) -> None:
+        store = self.db.store
+        while True:
+            first = await self._completions.get()
+            batch = [first]
+            while not self._completions.empty():
+                batch.append(self._completions.get_nowait())
+            items = [item for item, _ in batch]
+            try:
+                outcomes: list[Any] = await self.db.call(
+                    store.complete_many,
+                    items,
+                    self.node_id,
+                    self.clock.now(),
+                    self.registry.spawn_hook,
+                )
+            except Exception as exc:  # the whole batch failed: report it to every waiter
+                outcomes = [exc] * len(batch)
+            pipelines: set[str | None] = set()
+            for (_, future), outcome in zip(batch, outcomes, strict=True):
+                if not future.done():
+                    future.set_result(outcome)
+                if isinstance(outcome, models.Task):
+                    pipelines.add(outcome.pipeline_id)
+            for pipeline_id in pipelines:
+                self._changed(pipeline_id)
+            self._wake.set()
+
+    # --- progress (ContextSink) ----------------------------------------------------------------
+    def progress(self, task: models.Task, pct: int, note: str | None) -> None:
+        self._progress[task.id] = (task.attempt, pct, note)
+        self._progress_dirty.set()
+
+    def event(self, task: models.Task, event_type: str, message: str | None) -> None:
+        future = asyncio.ensure_future(self._record_event(task, event_type, message))
+        self._background.add(future)
+        future.add_done_callback(self._background.discard)
+
+    async def _record_event(self, task: models.Task, event_type: str, message: str | None) -> None:
+        try:
+            await self.db.call(
+                self.db.store.record_event,
+                task.id,
+                self.node_id,
+                event_type,
+                message,
+                self.clock.now(),
+            )
+        except Exception:
+            logger.exception("could not record event", extra={"action": "record_event"})
+
+    async def _progress_loop(self) -> None:
+        while True:
+            await self._progress_dirty.wait()
+            await asyncio.sleep(self.settings.progress_flush_interval)
+            await self._flush_progress()
+
+    async def _flush_progress(self) -> None:
+        self._progress_dirty.clear()
+        if not self._progress:
+            return
+        pending, self._progress = self._progress, {}
+        updates = [(tid, a, p, n) for tid, (a, p, n) in pending.items()]
+        await self.db.call(self.db.store.progress, updates, self.node_id, self.clock.now())
+        for tid in pending:
+            running = self._running.get(tid)
+            if running is not None:
+                self._changed(running.task.pipeline_id)
+
+    # --- heartbeats and liveness -----------------------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_interval)
+            await self.heartbeat_once()
+
+    async def heartbeat_once(self) -> None:
+        """Heartbeat every running task; stop work that lost its task or must be cancelled."""
+        if not self._running:
+            return
+        pairs = [(tid, r.task.attempt) for tid, r in self._running.items()]
+        feedback = await self.db.call(
+            self.db.store.heartbeat, self.node_id, pairs, self.clock.now()
+        )
+        for fb in feedback:
+            running = self._running.get(fb.task_id)
+            if running is None:
+                continue
+            if not fb.still_owned:
+                status = fb.status.value if fb.status else "gone"
+                running.lost = f"attempt {running.task.attempt} lost the task (now {status})"
+                running.control.cancel(running.lost)
+            elif fb.cancel_requested:
+                running.control.cancel("cancelled by user")
+
+    async def _monitor_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.effective_monitor_interval)
+            await self.monitor_once()
+
+    async def monitor_once(self) -> None:
+        report = await self.db.call(
+            self.db.store.monitor,
+            self.clock.now(),
+            self.settings.stale_after,
+            self.settings.reclaim_after,
+            self.settings.claim_timeout,
+        )
+        if report.stale or report.reclaimed or report.released:
+            logger.warning(
+                "liveness: stale=%s reclaimed=%s released=%s",
+                report.stale,
+                report.reclaimed,
+                report.released,
+                extra={"action": "liveness"},
+            )
+            self._changed(None)
+            self._wake.set()
+        for task in report.failed:
+            await self._call_on_failed(task, ExecuteResult(error=task.error or "reclaimed"))
+
+    def _changed(self, pipeline_id: str | None) -> None:
+        if self._on_change is not None:
+            self._on_change(pipeline_id or "")
+
+    @property
+    def running_count(self) -> int:
+        return len(self._running)
+
+    def running_ids(self) -> list[str]:
+        return list(self._running)
+
+
+def _error_from_result(result: ExecuteResult) -> errors.TaskError:
+    """Map a failed ExecuteResult (seed 000 style) to the TaskError of its class."""
+    message = result.error or "failed"
+    classes: dict[ErrorType, type[errors.TaskError]] = {
+        ErrorType.RESOURCE: errors.ResourceError,
+        ErrorType.PERMANENT: errors.PermanentError,
+        ErrorType.PAYLOAD_ERROR: errors.PayloadError,
+        ErrorType.AWAITING_CREDENTIAL: errors.AwaitingCredentialError,
+        ErrorType.CANCELLED: errors.TaskCancelled,
+    }
+    if result.error_type is ErrorType.RATE_LIMITED:
+        return errors.RateLimitedError(message, retry_after_sec=result.retry_after or 30.0)
+    cls = classes.get(result.error_type or ErrorType.TRANSIENT, errors.TransientError)
+    return cls(message)

@@ -1,0 +1,141 @@
+"""TaskContext: everything an executor may use while it runs (DESIGN §5)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from fredica import errors
+from fredica.domain import models
+from fredica.executors import process
+from fredica.executors.control import TaskControl
+
+logger = logging.getLogger(__name__)
+
+
+class ContextSink(Protocol):
+    """Where a context reports what happens (implemented by the engine)."""
+
+    def progress(self, task: models.Task, pct: int, note: str | None) -> None:
+        """Record progress (0-100) of a running task."""
+        ...
+
+    def event(self, task: models.Task, event_type: str, message: str | None) -> None:
+        """Record a task event (e.g. the backend chosen)."""
+        ...
+
+
+class NullSink:
+    """A sink that records nothing (executor unit tests)."""
+
+    def progress(self, task: models.Task, pct: int, note: str | None) -> None:
+        return None
+
+    def event(self, task: models.Task, event_type: str, message: str | None) -> None:
+        return None
+
+
+@dataclass
+class TaskContext:
+    """The executor's window on the engine: progress, signals, processes and files."""
+
+    task: models.Task
+    control: TaskControl
+    node_id: str
+    data_dir: Path
+    sink: ContextSink = field(default_factory=NullSink)
+    backend: str | None = None
+    backend_config: dict[str, Any] = field(default_factory=dict)
+    last_progress: int = 0
+
+    # --- progress and signals -------------------------------------------------------------
+    def progress(self, pct: float, note: str | None = None) -> None:
+        """Report progress in percent (clamped to 0-100)."""
+        value = max(0, min(100, round(pct)))
+        self.last_progress = value
+        self.sink.progress(self.task, value, note)
+
+    def event(self, event_type: str, message: str | None = None) -> None:
+        self.sink.event(self.task, event_type, message)
+
+    async def checkpoint(self) -> None:
+        """Block while the task is paused; raise `TaskCancelled` if it was cancelled."""
+        await self.control.checkpoint()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.control.cancelled
+
+    def request_pause(self, reason: str) -> None:
+        """Pause this task from inside (is_paused becomes true until a resume)."""
+        self.control.request_pause(reason)
+
+    def request_resume(self) -> None:
+        self.control.request_resume()
+
+    # --- files ----------------------------------------------------------------------------
+    @property
+    def output_dir(self) -> Path:
+        """This task's result directory (`<data_dir>/results/<task_id>`), created on demand."""
+        path = self.data_dir / "results" / self.task.id
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def input_path(self, path: str | Path, file_node_id: str | None = None) -> Path:
+        """A local path for an input file.
+
+        Files held by another node need the cluster's file transport; until a node has it,
+        such a task fails with a RESOURCE error so another node (the file's holder) takes it.
+        """
+        holder = file_node_id or self.task.file_node_id
+        local = Path(path)
+        if holder not in (None, self.node_id) and not local.exists():
+            raise errors.ResourceError(
+                f"input {local} is held by node {holder} and not present here", hint="FILE_REMOTE"
+            )
+        if not local.exists():
+            raise errors.PermanentError(f"input file not found: {local}")
+        return local
+
+    # --- processes ------------------------------------------------------------------------
+    async def run_process(
+        self,
+        argv: list[str],
+        *,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        on_stdout_line: Callable[[str], None] | None = None,
+        on_stderr_line: Callable[[str], None] | None = None,
+        capture_stdout: bool = True,
+        check: bool = True,
+    ) -> process.ProcessResult:
+        """Run an external program under this task's signals (cancel = terminate then kill;
+        pause = SIGSTOP, resume = SIGCONT). A non-zero exit raises `ProcessFailed`."""
+        return await process.run_process(
+            argv,
+            self.control,
+            cwd=cwd,
+            env=env,
+            on_stdout_line=on_stdout_line,
+            on_stderr_line=on_stderr_line,
+            capture_stdout=capture_stdout,
+            check=check,
+        )
+
+    async def run_in_subprocess(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run `fn(reporter, *args, **kwargs)` in a child Python process (seed 000 protocol).
+
+        `fn` must be importable (module-level). The child reports through `reporter`
+        (`progress`, `request_pause`, `request_resume`, `wait_if_paused`); its return value
+        (picklable) is returned here; its `TaskError`s are re-raised here.
+        """
+        return await process.run_in_subprocess(
+            fn,
+            args,
+            kwargs,
+            self.control,
+            on_progress=lambda pct, note: self.progress(pct, note),
+        )

@@ -1,0 +1,144 @@
+"""Cancel / pause / resume signals of one running task (seed 000 TaskCancelService and
+TaskPauseResumeService, in one object).
+
+The engine owns one `TaskControl` per running task. The user side calls `cancel()`,
+`pause()` and `resume()`; the executor side awaits `checkpoint()`. Attached OS processes are
+stopped with SIGSTOP on pause and continued with SIGCONT on resume, so paused work really uses
+no CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable
+
+from fredica import errors
+
+logger = logging.getLogger(__name__)
+
+PauseListener = Callable[[bool, str | None], None]
+
+
+class TaskControl:
+    """Signals for one running task. All methods must be called on the event loop thread."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        self._cancel = asyncio.Event()
+        self._running = asyncio.Event()  # set = not paused
+        self._running.set()
+        self.cancel_reason: str | None = None
+        self.pause_reason: str | None = None
+        self.self_paused = False
+        self._process_groups: set[int] = set()
+        self._listeners: list[PauseListener] = []
+        self._pause_hooks: list[Callable[[bool], None]] = []
+
+    # --- state -----------------------------------------------------------------------------
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    def on_pause_change(self, listener: PauseListener) -> None:
+        """Call `listener(paused, reason)` whenever the pause state changes."""
+        self._listeners.append(listener)
+
+    # --- user side -------------------------------------------------------------------------
+    def cancel(self, reason: str = "cancelled by user") -> None:
+        if self._cancel.is_set():
+            return
+        self.cancel_reason = reason
+        self._cancel.set()
+        # A paused task must wake up to notice the cancel; continued processes get terminated.
+        self._set_paused(False, None)
+
+    def pause(self, reason: str | None = "paused by user") -> None:
+        self.self_paused = False
+        self._set_paused(True, reason)
+
+    def resume(self) -> None:
+        self._set_paused(False, None)
+
+    # --- executor side ---------------------------------------------------------------------
+    def request_pause(self, reason: str) -> None:
+        """The work itself asks to pause (e.g. waiting for GPU memory).
+
+        Its processes are not stopped: work that paused itself must stay able to notice that its
+        resource is back and call `request_resume()`.
+        """
+        self._set_paused(True, reason, stop_processes=False)
+        self.self_paused = True
+
+    def request_resume(self) -> None:
+        self._set_paused(False, None)
+
+    async def checkpoint(self) -> None:
+        """Block while paused; raise `TaskCancelled` once cancelled."""
+        if self._cancel.is_set():
+            raise errors.TaskCancelled(self.cancel_reason)
+        if not self._running.is_set():
+            await self._running.wait()
+            if self._cancel.is_set():
+                raise errors.TaskCancelled(self.cancel_reason)
+
+    async def wait_cancelled(self) -> None:
+        await self._cancel.wait()
+
+    async def wait_running(self) -> None:
+        await self._running.wait()
+
+    # --- OS processes ------------------------------------------------------------------------
+    def attach_process_group(self, pgid: int) -> None:
+        self._process_groups.add(pgid)
+        if self.paused:
+            self._signal_group(pgid, signal.SIGSTOP)
+
+    def detach_process_group(self, pgid: int) -> None:
+        self._process_groups.discard(pgid)
+
+    def add_pause_hook(self, hook: Callable[[bool], None]) -> Callable[[], None]:
+        """Call `hook(paused)` on every pause change; returns a function that removes it."""
+        self._pause_hooks.append(hook)
+        return lambda: self._pause_hooks.remove(hook) if hook in self._pause_hooks else None
+
+    def _set_paused(self, paused: bool, reason: str | None, stop_processes: bool = True) -> None:
+        if paused == self.paused:
+            return
+        if paused:
+            self.pause_reason = reason
+            self._running.clear()
+        else:
+            self.pause_reason = None
+            self.self_paused = False
+            self._running.set()
+        if stop_processes:
+            sig = signal.SIGSTOP if paused else signal.SIGCONT
+            for pgid in list(self._process_groups):
+                self._signal_group(pgid, sig)
+        for hook in list(self._pause_hooks):
+            try:
+                hook(paused)
+            except Exception:  # a failing hook must never break the control path
+                logger.exception("pause hook failed", extra={"action": "pause_hook"})
+        for listener in list(self._listeners):
+            try:
+                listener(paused, reason)
+            except Exception:
+                logger.exception("pause listener failed", extra={"action": "pause_listener"})
+
+    @staticmethod
+    def _signal_group(pgid: int, sig: signal.Signals) -> None:
+        # The group may not exist yet (the child has not called setsid): signal the pid then.
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pgid, sig)

@@ -1,0 +1,335 @@
+"""The subprocess harness: external programs and child Python processes under task signals.
+
+`run_process` runs a program in its own process group, so pause (SIGSTOP) and cancel
+(SIGTERM, then SIGKILL after a grace period) reach every process it started.
+
+`run_in_subprocess` implements seed 000's protocol for Python CPU work: the child sends
+progress / pause_request / resume_request messages on a status queue and blocks on a resume
+event. For a self-requested pause the child clears the event *before* it puts the request and
+then waits, so its wait can never return early because the parent has not yet seen the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import os
+import queue
+import signal
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fredica import errors
+from fredica.domain import models
+from fredica.executors.control import TaskControl
+
+logger = logging.getLogger(__name__)
+
+TERMINATE_GRACE = 3.0  # seconds between SIGTERM and SIGKILL on cancel
+STDERR_TAIL_CHARS = 4000
+QUEUE_POLL = 0.05  # seconds
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class ProcessFailed(errors.TransientError):
+    """The process exited with an error."""
+
+    def __init__(self, argv: list[str], returncode: int, stderr: str) -> None:
+        tail = stderr.strip()[-STDERR_TAIL_CHARS:]
+        name = os.path.basename(argv[0]) if argv else "process"
+        super().__init__(f"{name} exited with code {returncode}: {tail}".strip())
+        self.argv = argv
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+class ProcessKilled(errors.ResourceError):
+    """The process was killed by SIGKILL (likely the OOM killer); another node should retry."""
+
+
+async def _pump(
+    stream: asyncio.StreamReader | None,
+    sink: list[str],
+    on_line: Callable[[str], None] | None,
+    keep: bool,
+) -> None:
+    if stream is None:
+        return
+    buf = b""
+    while True:
+        chunk = await stream.read(65536)
+        if not chunk:
+            break
+        if keep:
+            sink.append(chunk.decode(errors="replace"))
+        if on_line is not None:
+            buf += chunk
+            # ffmpeg ends progress lines with \r; treat both as line ends.
+            parts = buf.replace(b"\r", b"\n").split(b"\n")
+            buf = parts.pop()
+            for part in parts:
+                if part:
+                    on_line(part.decode(errors="replace"))
+    if on_line is not None and buf:
+        on_line(buf.decode(errors="replace"))
+
+
+async def _terminate(proc: asyncio.subprocess.Process) -> None:
+    pgid = proc.pid
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+    try:
+        await asyncio.wait_for(proc.wait(), TERMINATE_GRACE)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        await proc.wait()
+
+
+async def run_process(
+    argv: list[str],
+    control: TaskControl,
+    *,
+    cwd: os.PathLike[str] | str | None = None,
+    env: dict[str, str] | None = None,
+    on_stdout_line: Callable[[str], None] | None = None,
+    on_stderr_line: Callable[[str], None] | None = None,
+    capture_stdout: bool = True,
+    check: bool = True,
+) -> ProcessResult:
+    """Run `argv` under `control`; see the module docstring."""
+    await control.checkpoint()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        raise errors.PermanentError(f"program not found: {argv[0]}") from exc
+    except PermissionError as exc:
+        raise errors.PermanentError(f"program not executable: {argv[0]}") from exc
+    control.attach_process_group(proc.pid)
+    out: list[str] = []
+    err: list[str] = []
+    pumps = asyncio.gather(
+        _pump(proc.stdout, out, on_stdout_line, capture_stdout),
+        _pump(proc.stderr, err, on_stderr_line, True),
+    )
+    waiter = asyncio.ensure_future(proc.wait())
+    cancel_wait = asyncio.ensure_future(control.wait_cancelled())
+    try:
+        await asyncio.wait({waiter, cancel_wait}, return_when=asyncio.FIRST_COMPLETED)
+        if control.cancelled and not waiter.done():
+            await _terminate(proc)
+            await pumps
+            raise errors.TaskCancelled(control.cancel_reason)
+        await pumps
+        returncode = await waiter
+    except BaseException:
+        if proc.returncode is None:
+            await _terminate(proc)
+        raise
+    finally:
+        cancel_wait.cancel()
+        control.detach_process_group(proc.pid)
+    stderr = "".join(err)
+    if control.cancelled:
+        raise errors.TaskCancelled(control.cancel_reason)
+    if check and returncode != 0:
+        if returncode == -signal.SIGKILL:
+            raise ProcessKilled(
+                f"{os.path.basename(argv[0])} was killed (SIGKILL, likely out of memory)",
+                hint="OUT_OF_MEMORY",
+            )
+        raise ProcessFailed(argv, returncode, stderr)
+    return ProcessResult(returncode, "".join(out), stderr)
+
+
+# --- child Python processes ------------------------------------------------------------------
+
+
+class SubprocessReporter:
+    """The child's side of the protocol (picklable handles only)."""
+
+    def __init__(self, status_queue: Any, resume_event: Any) -> None:
+        self._queue = status_queue
+        self._resume = resume_event
+
+    def progress(self, pct: float, note: str | None = None) -> None:
+        self._queue.put({"type": "progress", "pct": pct, "note": note})
+
+    def request_pause(self, reason: str, wait: bool = True) -> None:
+        """Ask to pause. Clear first, then put, then wait (seed 000 ordering)."""
+        self._resume.clear()
+        self._queue.put({"type": "pause_request", "reason": reason})
+        if wait:
+            self._resume.wait()
+
+    def request_resume(self) -> None:
+        """The work resumes itself (its resource is back)."""
+        self._resume.set()
+        self._queue.put({"type": "resume_request"})
+
+    def wait_if_paused(self, timeout: float | None = None) -> bool:
+        """Block while paused; True if running again."""
+        return bool(self._resume.wait(timeout))
+
+    @property
+    def paused(self) -> bool:
+        return not self._resume.is_set()
+
+
+def _child_main(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    status_queue: Any,
+    resume_event: Any,
+) -> None:
+    with contextlib.suppress(OSError):
+        os.setsid()  # own process group: pause/cancel reach anything this child starts
+    reporter = SubprocessReporter(status_queue, resume_event)
+    try:
+        value = fn(reporter, *args, **kwargs)
+    except errors.TaskError as exc:
+        status_queue.put(
+            {
+                "type": "error",
+                "error_type": exc.error_type.value,
+                "message": exc.message,
+                "retry_after": exc.retry_after_sec,
+            }
+        )
+    except BaseException as exc:
+        status_queue.put(
+            {
+                "type": "error",
+                "error_type": models.ErrorType.TRANSIENT.value,
+                "message": f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}",
+                "retry_after": None,
+            }
+        )
+    else:
+        status_queue.put({"type": "result", "value": value})
+    status_queue.close()
+    status_queue.join_thread()
+
+
+_ERROR_CLASSES: dict[str, type[errors.TaskError]] = {
+    models.ErrorType.TRANSIENT.value: errors.TransientError,
+    models.ErrorType.RESOURCE.value: errors.ResourceError,
+    models.ErrorType.PERMANENT.value: errors.PermanentError,
+    models.ErrorType.PAYLOAD_ERROR.value: errors.PayloadError,
+    models.ErrorType.AWAITING_CREDENTIAL.value: errors.AwaitingCredentialError,
+    models.ErrorType.CANCELLED.value: errors.TaskCancelled,
+}
+
+
+def error_from_message(msg: dict[str, Any]) -> errors.TaskError:
+    et = str(msg.get("error_type"))
+    text = str(msg.get("message") or "subprocess failed")
+    if et == models.ErrorType.RATE_LIMITED.value:
+        return errors.RateLimitedError(text, retry_after_sec=float(msg.get("retry_after") or 30))
+    return _ERROR_CLASSES.get(et, errors.TransientError)(text)
+
+
+async def run_in_subprocess(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    control: TaskControl,
+    *,
+    on_progress: Callable[[float, str | None], None] | None = None,
+) -> Any:
+    """Run `fn(reporter, *args, **kwargs)` in a spawned child; see the module docstring."""
+    await control.checkpoint()
+    ctx = multiprocessing.get_context("spawn")
+    status_queue = ctx.Queue()
+    resume_event = ctx.Event()
+    resume_event.set()
+    child = ctx.Process(
+        target=_child_main, args=(fn, args, kwargs, status_queue, resume_event), daemon=True
+    )
+    child.start()
+    assert child.pid is not None
+    pid = child.pid
+    control.attach_process_group(pid)
+
+    def on_pause(paused: bool) -> None:
+        # Mirror every pause change into the child's resume event (user pause and resume).
+        if paused:
+            resume_event.clear()
+        else:
+            resume_event.set()
+
+    remove_hook = control.add_pause_hook(on_pause)
+    outcome: dict[str, Any] | None = None
+    try:
+        while outcome is None:
+            if control.cancelled:
+                await _stop_child(child, pid)
+                raise errors.TaskCancelled(control.cancel_reason)
+            try:
+                msg = await asyncio.to_thread(status_queue.get, True, QUEUE_POLL)
+            except queue.Empty:
+                if not child.is_alive() and status_queue.empty():
+                    code = child.exitcode
+                    if code == -signal.SIGKILL:
+                        raise ProcessKilled(
+                            "worker subprocess was killed (SIGKILL, likely out of memory)"
+                        ) from None
+                    raise errors.TransientError(
+                        f"worker subprocess exited with code {code} without a result"
+                    ) from None
+                continue
+            kind = msg.get("type")
+            if kind == "progress" and on_progress is not None:
+                on_progress(float(msg.get("pct") or 0), msg.get("note"))
+            elif kind == "pause_request":
+                control.request_pause(str(msg.get("reason") or "requested by task"))
+            elif kind == "resume_request":
+                control.request_resume()
+            elif kind in ("result", "error"):
+                outcome = msg
+    except BaseException:
+        if child.is_alive():
+            await _stop_child(child, pid)
+        raise
+    finally:
+        remove_hook()
+        control.detach_process_group(pid)
+    await asyncio.to_thread(child.join, 5.0)
+    if outcome["type"] == "error":
+        raise error_from_message(outcome)
+    return outcome.get("value")
+
+
+async def _stop_child(child: Any, pid: int) -> None:
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+    await asyncio.to_thread(child.join, TERMINATE_GRACE)
+    if child.is_alive():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+        await asyncio.to_thread(child.join, TERMINATE_GRACE)

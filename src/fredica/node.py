@@ -1,0 +1,286 @@
+"""A node: its store, its engine, and the operations users and the API perform on it.
+
+A single node is a cluster of one: it owns the pipelines it creates (`owner_id` = itself) and
+executes every transition on its own store; the cluster later adds remote transports for rows
+owned elsewhere, without a second code path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fredica import errors
+from fredica.clock import Clock, SystemClock
+from fredica.domain import models
+from fredica.domain.models import ShutdownType
+from fredica.engine.worker import EngineSettings, WorkerEngine
+from fredica.executors import network_test
+from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
+from fredica.pipelines.templates import BuildContext
+from fredica.registry import Registry, builtin_registry
+from fredica.store.base import CancelOutcome, RecoveryReport
+from fredica.store.runner import StoreRunner
+from fredica.store.sqlite import SQLiteTaskStore
+
+logger = logging.getLogger(__name__)
+
+DB_FILENAME = "fredica.db"
+KEY_LAST_SHUTDOWN = "last_shutdown_type"
+KEY_PREVIOUS_SHUTDOWN = "previous_shutdown_type"
+KEY_RECOVERY = "startup_recovery"
+NETWORK_FS_TYPES = frozenset({"nfs", "nfs4", "cifs", "smbfs", "smb3", "9p", "fuse.sshfs", "afpfs"})
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    node_id: str
+    data_dir: Path
+    hostname: str = field(default_factory=socket.gethostname)
+    host: str = "127.0.0.1"
+    port: int = 7631
+    engine: EngineSettings | None = None
+    plugins: tuple[str, ...] = ()
+    extra_task_types: frozenset[str] = frozenset()
+
+    def engine_settings(self) -> EngineSettings:
+        return self.engine or EngineSettings(node_id=self.node_id, data_dir=self.data_dir)
+
+
+class ChangeFeed:
+    """A version number that moves on every change, for long-polls and server-sent events."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self._event = asyncio.Event()
+        self.last_pipeline: str = ""
+
+    def notify(self, pipeline_id: str) -> None:
+        self.version += 1
+        self.last_pipeline = pipeline_id
+        self._event.set()
+
+    async def wait(self, after: int, timeout: float) -> int:
+        """Wait until the version exceeds `after` (or timeout); returns the current version."""
+        while self.version <= after:
+            self._event.clear()
+            try:
+                await asyncio.wait_for(self._event.wait(), timeout)
+            except TimeoutError:
+                break
+        return self.version
+
+
+class Node:
+    def __init__(
+        self,
+        settings: NodeSettings,
+        registry: Registry | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self.registry = registry or builtin_registry()
+        if settings.plugins:
+            self.registry.load_plugins(settings.plugins)
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        self.store = SQLiteTaskStore(settings.data_dir / DB_FILENAME, settings.node_id)
+        self.db = StoreRunner(self.store)
+        self.changes = ChangeFeed()
+        self.engine = WorkerEngine(
+            self.db,
+            self.registry,
+            settings.engine_settings(),
+            self.clock,
+            on_change=self.changes.notify,
+        )
+        self.previous_shutdown: ShutdownType = ShutdownType.FIRST_START
+        self.recovery: RecoveryReport | None = None
+        self.started_at: float | None = None
+
+    @property
+    def node_id(self) -> str:
+        return self.settings.node_id
+
+    # --- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Detect how the last run ended, recover, register this node, start the engine."""
+        warn_if_network_fs(self.settings.data_dir)
+        now = self.clock.now()
+        last = await self.db.call(self.store.get_config, KEY_LAST_SHUTDOWN)
+        if last is None:
+            self.previous_shutdown = ShutdownType.FIRST_START
+        elif last == ShutdownType.CLEAN.value:
+            self.previous_shutdown = ShutdownType.CLEAN
+        else:  # PENDING_CHECK left behind: the process never reached a clean stop
+            self.previous_shutdown = ShutdownType.CRASH
+        await self.db.call(
+            self.store.set_config, KEY_PREVIOUS_SHUTDOWN, self.previous_shutdown.value, now
+        )
+        await self.db.call(
+            self.store.set_config, KEY_LAST_SHUTDOWN, ShutdownType.PENDING_CHECK.value, now
+        )
+        self.recovery = await self.engine.start()
+        await self.db.call(
+            self.store.set_config, KEY_RECOVERY, json.dumps(self.recovery.summary()), now
+        )
+        await self.register_self()
+        self.started_at = now
+        logger.info(
+            "node %s started (previous shutdown %s)",
+            self.node_id,
+            self.previous_shutdown.value,
+            extra={"action": "node_start"},
+        )
+
+    async def register_self(self) -> None:
+        engine = self.settings.engine_settings()
+        await self.db.call(
+            self.store.upsert_node,
+            self.node_id,
+            self.settings.hostname,
+            [{"task_type": t} for t in sorted(self.registry.task_types)],
+            "online",
+            engine.max_workers,
+            f"http://{self.settings.host}:{self.settings.port}",
+            {"running": self.engine.running_count},
+            self.clock.now(),
+        )
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Graceful stop: finish or release running work, then record a CLEAN shutdown."""
+        await self.engine.stop(grace)
+        await self.db.call(
+            self.store.set_config, KEY_LAST_SHUTDOWN, ShutdownType.CLEAN.value, self.clock.now()
+        )
+        self.db.close()
+        logger.info("node %s stopped cleanly", self.node_id, extra={"action": "node_stop"})
+
+    # --- pipelines -------------------------------------------------------------------------
+    def known_task_types(self) -> frozenset[str]:
+        return self.registry.task_types | self.settings.extra_task_types
+
+    async def create_pipeline(
+        self, request: PipelineRequest, publisher_id: str | None = None
+    ) -> tuple[models.Pipeline, bool]:
+        """Validate and create; returns (pipeline, deduplicated). Nothing is written on error."""
+        template = self.registry.template(request.template)
+        spec = template.build(
+            request, BuildContext(self.known_task_types(), self.node_id, publisher_id)
+        )
+        pipeline, deduplicated = await self.db.call(
+            self.store.create_pipeline, spec, self.clock.now()
+        )
+        if not deduplicated:
+            self.changes.notify(pipeline.id)
+            self.engine.wake()
+        return pipeline, deduplicated
+
+    async def network_test(self, request: NetworkTestRequest) -> tuple[str, str]:
+        params: dict[str, Any] = {"timeout_ms": request.timeout_ms}
+        if request.urls is not None:
+            params["urls"] = request.urls
+        pipeline, _ = await self.create_pipeline(
+            PipelineRequest(template="network_test", params=params)
+        )
+        tasks = await self.db.call(self.store.list_tasks, pipeline.id)
+        task = next(t for t in tasks if t.type == network_test.TASK_TYPE)
+        return pipeline.id, task.id
+
+    async def cancel_pipeline(self, pipeline_id: str) -> models.Pipeline:
+        outcomes = await self.db.call(self.store.cancel_pipeline, pipeline_id, self.clock.now())
+        self._signal(outcomes)
+        self.changes.notify(pipeline_id)
+        return await self.db.call(self.store.get_pipeline, pipeline_id)
+
+    # --- tasks -----------------------------------------------------------------------------
+    async def task_action(self, task_id: str, action: str) -> models.Task:
+        now = self.clock.now()
+        if action == "cancel":
+            outcome = await self.db.call(self.store.cancel_task, task_id, now)
+            self._signal([outcome])
+        elif action == "retry":
+            await self.db.call(self.store.retry_task, task_id, now)
+            self.engine.wake()
+        elif action == "skip":
+            await self.db.call(self.store.skip_task, task_id, now)
+            self.engine.wake()
+        elif action in ("pause", "resume"):
+            task = await self.db.call(self.store.get_task, task_id)
+            if task.status is not models.TaskStatus.RUNNING:
+                raise errors.IllegalTransition(
+                    f"task {task_id} is {task.status.value}; only running tasks can {action}"
+                )
+            if task.claimed_by != self.node_id:
+                raise errors.IllegalTransition(
+                    f"task {task_id} runs on node {task.claimed_by}, not on this node"
+                )
+            if action == "pause":
+                await self.engine.pause(task_id)
+            else:
+                await self.engine.resume(task_id)
+        else:
+            raise errors.InvalidRequest(
+                f"unknown action {action!r}; use cancel, pause, resume, retry or skip"
+            )
+        task = await self.db.call(self.store.get_task, task_id)
+        self.changes.notify(task.pipeline_id or "")
+        return task
+
+    def _signal(self, outcomes: list[CancelOutcome]) -> None:
+        for outcome in outcomes:
+            if outcome.cancelled or outcome.running_on != self.node_id:
+                continue
+            if not self.engine.signal_cancel(outcome.task_id):
+                logger.warning(
+                    "task %s is marked running here but has no live execution; the liveness "
+                    "monitor will reclaim it",
+                    outcome.task_id,
+                    extra={"action": "cancel_orphan"},
+                )
+
+    # --- status ----------------------------------------------------------------------------
+    async def status(self) -> dict[str, Any]:
+        counts = await self.db.call(self.store.count_by_status)
+        engine = self.settings.engine_settings()
+        return {
+            "node_id": self.node_id,
+            "hostname": self.settings.hostname,
+            "address": f"http://{self.settings.host}:{self.settings.port}",
+            "started_at": self.started_at,
+            "max_workers": engine.max_workers,
+            "running": self.engine.running_count,
+            "task_counts": counts,
+            "task_types": sorted(self.registry.task_types),
+            "templates": self.registry.template_names,
+            "previous_shutdown_type": self.previous_shutdown.value,
+            "startup_recovery": self.recovery.summary() if self.recovery else None,
+            "engine_stats": dict(self.engine.stats),
+            "healthy": self.engine.failure is None,
+        }
+
+
+def warn_if_network_fs(path: Path) -> None:
+    """SQLite's locking is unreliable on network filesystems: say so at start-up (DESIGN §4.10)."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return
+    resolved = str(path.resolve())
+    best = ("", "")
+    for line in mounts:
+        parts = line.split()
+        if len(parts) >= 3 and resolved.startswith(parts[1]) and len(parts[1]) > len(best[0]):
+            best = (parts[1], parts[2])
+    if best[1] in NETWORK_FS_TYPES:
+        logger.warning(
+            "data dir %s is on a network filesystem (%s); keep the database on a local disk",
+            path,
+            best[1],
+            extra={"action": "network_fs"},
+        )

@@ -1,0 +1,1 @@
+"""Pipeline templates, request validation, spawning and routing."""

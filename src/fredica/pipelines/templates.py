@@ -1,0 +1,163 @@
+"""Pipeline templates: turn a request into a DAG of tasks, and route on completions.
+
+A template's `build` validates the request and returns the pipeline to create (nothing is
+written if it raises); `on_task_completed` is the post-completion hook that the store runs in the
+transaction accepting a completion (DESIGN §4.3).
+"""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from fredica import errors
+from fredica.domain.models import NewPipeline, NewTask
+from fredica.domain.spawn import SpawnInput, SpawnPlan
+from fredica.executors import network_test
+from fredica.pipelines.request import PipelineRequest, TaskSpecIn
+
+if TYPE_CHECKING:
+    from fredica.registry import Registry
+
+
+@dataclass(frozen=True, slots=True)
+class BuildContext:
+    """What a template may know while building."""
+
+    known_task_types: frozenset[str]
+    node_id: str
+    publisher_id: str | None = None
+
+
+class Template(ABC):
+    name: str
+    description: str = ""
+
+    @abstractmethod
+    def build(self, request: PipelineRequest, ctx: BuildContext) -> NewPipeline:
+        """Validate `request` and return the pipeline with its initial tasks."""
+
+    def on_task_completed(self, done: SpawnInput) -> SpawnPlan | None:
+        """Post-completion hook: tasks to spawn, payloads to patch, tasks to skip."""
+        return None
+
+
+def toposort_refs(specs: list[TaskSpecIn]) -> list[str]:
+    """Refs in dependency order; InvalidRequest naming duplicates, unknown refs or a cycle."""
+    refs = [s.ref for s in specs]
+    seen: set[str] = set()
+    for ref in refs:
+        if ref in seen:
+            raise errors.InvalidRequest(f"tasks: duplicate ref {ref!r}")
+        seen.add(ref)
+    children: dict[str, list[str]] = {r: [] for r in refs}
+    indegree = {r: 0 for r in refs}
+    for i, spec in enumerate(specs):
+        for parent in spec.depends_on:
+            if parent not in seen:
+                raise errors.InvalidRequest(
+                    f"tasks[{i}] ({spec.ref}): depends_on names unknown ref {parent!r}"
+                )
+            if parent == spec.ref:
+                raise errors.InvalidRequest(f"tasks[{i}] ({spec.ref}): depends on itself")
+            children[parent].append(spec.ref)
+            indegree[spec.ref] += 1
+    queue = deque(r for r in refs if indegree[r] == 0)
+    order: list[str] = []
+    while queue:
+        ref = queue.popleft()
+        order.append(ref)
+        for child in children[ref]:
+            indegree[child] -= 1
+            if indegree[child] == 0:
+                queue.append(child)
+    if len(order) != len(refs):
+        cyclic = sorted(r for r in refs if indegree[r] > 0)
+        raise errors.InvalidRequest(f"tasks: depends_on has a cycle among {', '.join(cyclic)}")
+    return order
+
+
+class CustomTemplate(Template):
+    """Any DAG the request lists: `{ref, type, payload, depends_on, priority, max_retries,
+    cache_policy}` per task."""
+
+    name = "custom"
+    description = "A DAG of tasks given in the request."
+
+    def build(self, request: PipelineRequest, ctx: BuildContext) -> NewPipeline:
+        if not request.tasks:
+            raise errors.InvalidRequest("tasks: a custom pipeline needs at least one task")
+        for i, spec in enumerate(request.tasks):
+            if spec.type not in ctx.known_task_types:
+                known = ", ".join(sorted(ctx.known_task_types))
+                raise errors.InvalidRequest(
+                    f"tasks[{i}] ({spec.ref}): unknown task type {spec.type!r}; known: {known}"
+                )
+        order = toposort_refs(request.tasks)
+        ids = {ref: str(uuid.uuid4()) for ref in order}
+        by_ref = {s.ref: s for s in request.tasks}
+        tasks = tuple(
+            NewTask(
+                id=ids[ref],
+                type=by_ref[ref].type,
+                payload=by_ref[ref].payload,
+                depends_on=tuple(ids[p] for p in by_ref[ref].depends_on),
+                priority=by_ref[ref].priority if request.priority is None else request.priority,
+                max_retries=by_ref[ref].max_retries,
+                cache_policy=by_ref[ref].cache_policy,
+                cloud_preference=by_ref[ref].cloud_preference or request.cloud_preference,
+                idempotency_key=by_ref[ref].idempotency_key,
+                publisher_id=ctx.publisher_id,
+            )
+            for ref in order
+        )
+        params = dict(request.params)
+        params["refs"] = ids
+        return NewPipeline(
+            template=self.name,
+            material_id=request.material_id or f"custom:{uuid.uuid4()}",
+            tasks=tasks,
+            params=params,
+            publisher_id=ctx.publisher_id,
+        )
+
+
+class NetworkTestTemplate(Template):
+    """One NETWORK_TEST task (seed 001 Appendix A); params `{urls, timeout_ms}`."""
+
+    name = "network_test"
+    description = "HTTP latency to a list of URLs."
+
+    def build(self, request: PipelineRequest, ctx: BuildContext) -> NewPipeline:
+        unknown = set(request.params) - {"urls", "timeout_ms"}
+        if unknown:
+            raise errors.InvalidRequest(f"params: unknown key(s) {', '.join(sorted(unknown))}")
+        payload = dict(request.params)
+        try:
+            network_test.validate_payload(payload)
+        except errors.TaskError as exc:
+            raise errors.InvalidRequest(f"params: {exc.message}") from exc
+        task = NewTask(
+            id=str(uuid.uuid4()),
+            type=network_test.TASK_TYPE,
+            payload=payload,
+            priority=request.priority if request.priority is not None else 5,
+            max_retries=0,
+            is_pausable=True,
+            publisher_id=ctx.publisher_id,
+        )
+        return NewPipeline(
+            template=self.name,
+            material_id=request.material_id or f"network_test:{uuid.uuid4()}",
+            tasks=(task,),
+            params=payload,
+            publisher_id=ctx.publisher_id,
+        )
+
+
+def register_builtin(registry: Registry) -> None:
+    registry.add_template(CustomTemplate())
+    registry.add_template(NetworkTestTemplate())

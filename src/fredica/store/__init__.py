@@ -1,0 +1,1 @@
+"""Task storage: the `TaskStore` seam and its SQLite implementation."""

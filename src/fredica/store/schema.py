@@ -1,0 +1,158 @@
+"""Schema and numbered migrations. A migration is applied in one transaction and recorded in
+`schema_version`; `tests/integration/test_schema.py` checks that migrating from scratch gives the
+schema this module declares."""
+
+from __future__ import annotations
+
+ACTIVE_SQL = "('pending','claimed','running','stale','reclaimed')"
+
+MIGRATIONS: list[str] = [
+    # 1: the initial schema (seed 001 §5.1, seed 000, DESIGN §4)
+    f"""
+CREATE TABLE app_config (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE change_counter (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    seq INTEGER NOT NULL
+);
+INSERT INTO change_counter (id, seq) VALUES (1, 0);
+
+CREATE TABLE pipeline_instance (
+    id TEXT PRIMARY KEY,
+    material_id TEXT NOT NULL,
+    template TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    params TEXT NOT NULL DEFAULT '{{}}',
+    total_tasks INTEGER NOT NULL DEFAULT 0,
+    done_tasks INTEGER NOT NULL DEFAULT 0,
+    n_pending INTEGER NOT NULL DEFAULT 0,
+    n_claimed INTEGER NOT NULL DEFAULT 0,
+    n_running INTEGER NOT NULL DEFAULT 0,
+    n_stale INTEGER NOT NULL DEFAULT 0,
+    n_reclaimed INTEGER NOT NULL DEFAULT 0,
+    n_completed INTEGER NOT NULL DEFAULT 0,
+    n_failed INTEGER NOT NULL DEFAULT 0,
+    n_cancelled INTEGER NOT NULL DEFAULT 0,
+    n_skipped INTEGER NOT NULL DEFAULT 0,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    detected_language TEXT,
+    created_by TEXT NOT NULL,
+    owner_id TEXT NOT NULL,
+    owner_epoch INTEGER NOT NULL DEFAULT 0,
+    publisher_id TEXT,
+    change_seq INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    completed_at REAL
+);
+CREATE INDEX pipeline_active_material ON pipeline_instance (material_id, template)
+    WHERE status NOT IN ('completed', 'failed', 'cancelled', 'partial_failed');
+CREATE INDEX pipeline_created ON pipeline_instance (created_at);
+CREATE INDEX pipeline_change ON pipeline_instance (change_seq);
+
+CREATE TABLE task (
+    id TEXT PRIMARY KEY,
+    type TEXT NOT NULL,
+    pipeline_id TEXT,
+    material_id TEXT,
+    status TEXT NOT NULL DEFAULT 'pending',
+    priority INTEGER NOT NULL DEFAULT 5,
+    depends_on TEXT NOT NULL DEFAULT '[]',
+    payload TEXT NOT NULL DEFAULT '{{}}',
+    result TEXT,
+    error TEXT,
+    cache_policy TEXT NOT NULL DEFAULT 'NONE',
+    cloud_preference TEXT NOT NULL DEFAULT 'auto',
+    publisher_id TEXT,
+    idempotency_key TEXT,
+    error_type TEXT,
+    excluded_nodes TEXT NOT NULL DEFAULT '[]',
+    retry_count INTEGER NOT NULL DEFAULT 0,
+    max_retries INTEGER NOT NULL DEFAULT 3,
+    retry_after REAL,
+    created_by TEXT NOT NULL,
+    owner_id TEXT NOT NULL,
+    owner_epoch INTEGER NOT NULL DEFAULT 0,
+    claimed_by TEXT,
+    original_claimed_by TEXT,
+    file_node_id TEXT,
+    node_affinity TEXT,
+    result_acked_at REAL,
+    progress INTEGER NOT NULL DEFAULT 0,
+    progress_note TEXT,
+    is_paused INTEGER NOT NULL DEFAULT 0,
+    is_pausable INTEGER NOT NULL DEFAULT 0,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    backend TEXT,
+    change_seq INTEGER NOT NULL DEFAULT 0,
+    unmet_deps INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    claimed_at REAL,
+    started_at REAL,
+    completed_at REAL,
+    heartbeat_at REAL,
+    stale_at REAL,
+    reclaimed_at REAL
+);
+-- Ready tasks in claim order: the claim cost stays flat however large the blocked backlog is.
+CREATE INDEX task_ready ON task (priority DESC, created_at)
+    WHERE status = 'pending' AND unmet_deps = 0;
+CREATE INDEX task_pipeline ON task (pipeline_id, status);
+CREATE INDEX task_status ON task (status);
+CREATE INDEX task_claimer ON task (claimed_by, status)
+    WHERE status IN ('claimed', 'running', 'stale');
+CREATE INDEX task_change ON task (change_seq);
+-- Idempotency keys dedupe only among active tasks (DESIGN §4.4).
+CREATE UNIQUE INDEX task_idempotency_active ON task (idempotency_key)
+    WHERE idempotency_key IS NOT NULL AND status IN {ACTIVE_SQL};
+
+CREATE TABLE task_dep (
+    parent_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    PRIMARY KEY (parent_id, task_id)
+) WITHOUT ROWID;
+CREATE INDEX task_dep_child ON task_dep (task_id);
+
+CREATE TABLE task_event (
+    id TEXT PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    node_id TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    message TEXT,
+    occurred_at REAL NOT NULL
+);
+CREATE INDEX task_event_task ON task_event (task_id, occurred_at);
+
+CREATE TABLE worker_node (
+    id TEXT PRIMARY KEY,
+    hostname TEXT NOT NULL,
+    capabilities TEXT NOT NULL DEFAULT '[]',
+    status TEXT NOT NULL DEFAULT 'online',
+    max_workers INTEGER NOT NULL DEFAULT 2,
+    last_seen_at REAL NOT NULL,
+    address TEXT,
+    info TEXT NOT NULL DEFAULT '{{}}'
+);
+
+CREATE TABLE restart_task_log (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    restarted_at REAL NOT NULL,
+    node_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    pipeline_id TEXT,
+    task_type TEXT NOT NULL,
+    previous_status TEXT NOT NULL,
+    new_status TEXT NOT NULL,
+    action TEXT NOT NULL,
+    message TEXT
+);
+CREATE INDEX restart_task_log_time ON restart_task_log (restarted_at);
+""",
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)

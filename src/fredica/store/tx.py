@@ -1,0 +1,372 @@
+"""One write transaction of the SQLite store: change sequence, events, counters, cascades.
+
+`Tx.transition` is the single path for every status change: it checks the state machine,
+applies a compare-and-set on the expected status, writes the `task_event`, adjusts the pipeline
+counters by delta, decrements children's `unmet_deps` when a parent becomes completed/skipped,
+cascades UPSTREAM_FAILED to the pending dependents of a failed/cancelled task (and revives them
+when that task is retried or skipped), and re-derives the pipeline status at commit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from fredica import errors
+from fredica.domain import states
+from fredica.domain.models import ErrorType, NewTask, Pipeline, TaskStatus
+from fredica.domain.spawn import SpawnPlan
+from fredica.store import schema
+from fredica.store.rows import PIPELINE_COLUMNS, TASK_COLUMNS, counts_of, dumps
+
+logger = logging.getLogger(__name__)
+
+S = TaskStatus
+
+
+class Tx:
+    """One write transaction: change sequence, events, counters, cascades."""
+
+    def __init__(self, conn: sqlite3.Connection, node_id: str, now: float) -> None:
+        self.conn = conn
+        self.node_id = node_id
+        self.now = now
+        self._seq: int | None = None
+        self._deltas: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._touched_pipelines: set[str] = set()
+        self.events = 0
+
+    @property
+    def seq(self) -> int:
+        """This transaction's change sequence (allocated on first use)."""
+        if self._seq is None:
+            row = self.conn.execute(
+                "UPDATE change_counter SET seq = seq + 1 WHERE id = 1 RETURNING seq"
+            ).fetchone()
+            self._seq = int(row[0])
+        return self._seq
+
+    def q(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        return self.conn.execute(sql, params)
+
+    def task_row(self, task_id: str) -> sqlite3.Row:
+        row = self.q(f"SELECT {TASK_COLUMNS} FROM task WHERE id = ?", (task_id,)).fetchone()
+        if row is None:
+            raise errors.NotFound(f"task {task_id} not found")
+        assert isinstance(row, sqlite3.Row)
+        return row
+
+    def event(self, task_id: str, event_type: str, message: str | None = None) -> None:
+        self.q(
+            "INSERT INTO task_event (id, task_id, node_id, event_type, message, occurred_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (uuid.uuid4().hex, task_id, self.node_id, event_type, message, self.now),
+        )
+        self.events += 1
+
+    def bump(self, pipeline_id: str | None, old: TaskStatus | None, new: TaskStatus) -> None:
+        if pipeline_id is None:
+            return
+        delta = self._deltas[pipeline_id]
+        if old is not None:
+            delta[old.value] -= 1
+        delta[new.value] += 1
+        self._touched_pipelines.add(pipeline_id)
+
+    def touch_pipeline(self, pipeline_id: str) -> None:
+        self._touched_pipelines.add(pipeline_id)
+
+    # --- the one transition function --------------------------------------------------------
+    def transition(
+        self,
+        row: sqlite3.Row,
+        new: TaskStatus,
+        *,
+        event_type: str | None = None,
+        message: str | None = None,
+        **sets: Any,
+    ) -> None:
+        old = TaskStatus(row["status"])
+        task_id = row["id"]
+        if not states.can_transition(old, new):
+            raise errors.IllegalTransition(
+                f"task {task_id} is {old.value}; {old.value} -> {new.value} is not allowed"
+            )
+        values = {"status": new.value, "updated_at": self.now, "change_seq": self.seq, **sets}
+        assignments = ", ".join(f"{k} = ?" for k in values)
+        cur = self.q(
+            f"UPDATE task SET {assignments} WHERE id = ? AND status = ?",
+            (*values.values(), task_id, old.value),
+        )
+        if cur.rowcount != 1:  # cannot happen inside BEGIN IMMEDIATE; kept as a guard
+            raise errors.IllegalTransition(f"task {task_id} changed concurrently")
+        self.event(task_id, event_type or new.value, message)
+        self.bump(row["pipeline_id"], old, new)
+        if new.satisfies_dependency and not old.satisfies_dependency:
+            self.q(
+                "UPDATE task SET unmet_deps = unmet_deps - 1 "
+                "WHERE id IN (SELECT task_id FROM task_dep WHERE parent_id = ?)",
+                (task_id,),
+            )
+        dead = (S.FAILED, S.CANCELLED)
+        if new in dead and old not in dead:
+            self._cascade_upstream_failed(task_id, new)
+        if old in dead and new in (S.PENDING, S.SKIPPED):
+            self._revive_dependents(task_id)
+
+    def _children(self, task_id: str, status: TaskStatus) -> list[sqlite3.Row]:
+        return list(
+            self.q(
+                f"SELECT {TASK_COLUMNS} FROM task WHERE status = ? AND id IN "
+                "(SELECT task_id FROM task_dep WHERE parent_id = ?)",
+                (status.value, task_id),
+            )
+        )
+
+    def _cascade_upstream_failed(self, task_id: str, status: TaskStatus) -> None:
+        for child in self._children(task_id, S.PENDING):
+            self.transition(
+                child,
+                S.CANCELLED,
+                event_type="upstream_failed",
+                message=f"upstream task {task_id} {status.value}",
+                error=f"upstream task {task_id} {status.value}",
+                error_type=ErrorType.UPSTREAM_FAILED.value,
+                completed_at=self.now,
+            )
+
+    def _revive_dependents(self, task_id: str) -> None:
+        for child in self._children(task_id, S.CANCELLED):
+            if child["error_type"] != ErrorType.UPSTREAM_FAILED.value:
+                continue
+            other_dead = self.q(
+                "SELECT 1 FROM task_dep d JOIN task p ON p.id = d.parent_id "
+                "WHERE d.task_id = ? AND p.id != ? AND p.status IN ('failed', 'cancelled') "
+                "LIMIT 1",
+                (child["id"], task_id),
+            ).fetchone()
+            if other_dead is None:
+                self.transition(
+                    child,
+                    S.PENDING,
+                    event_type="revived",
+                    message=f"upstream task {task_id} is runnable again",
+                    error=None,
+                    error_type=None,
+                    completed_at=None,
+                )
+
+    # --- pipelines ----------------------------------------------------------------------------
+    def flush_pipelines(self) -> None:
+        """Apply counter deltas and re-derive the status of every touched pipeline."""
+        for pipeline_id in sorted(self._touched_pipelines):
+            delta = self._deltas.get(pipeline_id, {})
+            changes = {k: v for k, v in delta.items() if v}
+            if changes:
+                assignments = ", ".join(f"n_{k} = n_{k} + ?" for k in changes)
+                self.q(
+                    f"UPDATE pipeline_instance SET {assignments} WHERE id = ?",
+                    (*changes.values(), pipeline_id),
+                )
+            self.rederive(pipeline_id)
+        self._deltas.clear()
+        self._touched_pipelines.clear()
+
+    def rederive(self, pipeline_id: str) -> None:
+        row = self.q(
+            f"SELECT {PIPELINE_COLUMNS} FROM pipeline_instance WHERE id = ?", (pipeline_id,)
+        ).fetchone()
+        if row is None:
+            return
+        counts = counts_of(row)
+        status = states.derive_pipeline_status(counts, bool(row["cancel_requested"]))
+        completed_at = row["completed_at"]
+        if status.is_terminal and completed_at is None:
+            completed_at = self.now
+        elif not status.is_terminal:
+            completed_at = None
+        if (
+            status.value != row["status"]
+            or counts.total != row["total_tasks"]
+            or counts.done != row["done_tasks"]
+            or completed_at != row["completed_at"]
+        ):
+            self.q(
+                "UPDATE pipeline_instance SET status = ?, total_tasks = ?, done_tasks = ?, "
+                "completed_at = ?, updated_at = ?, change_seq = ? WHERE id = ?",
+                (
+                    status.value,
+                    counts.total,
+                    counts.done,
+                    completed_at,
+                    self.now,
+                    self.seq,
+                    pipeline_id,
+                ),
+            )
+        else:
+            self.q(
+                "UPDATE pipeline_instance SET updated_at = ?, change_seq = ? WHERE id = ?",
+                (self.now, self.seq, pipeline_id),
+            )
+
+    def recount(self, pipeline_id: str) -> None:
+        """Recompute the counters from the task rows (start-up reconciliation).
+
+        The rows already include this transaction's changes, so its pending deltas for the
+        pipeline are dropped instead of being applied on top of the absolute counts."""
+        self._deltas.pop(pipeline_id, None)
+        counts = {s.value: 0 for s in TaskStatus}
+        for r in self.q(
+            "SELECT status, COUNT(*) AS n FROM task WHERE pipeline_id = ? GROUP BY status",
+            (pipeline_id,),
+        ):
+            counts[r["status"]] = r["n"]
+        assignments = ", ".join(f"n_{k} = ?" for k in counts)
+        self.q(
+            f"UPDATE pipeline_instance SET {assignments} WHERE id = ?",
+            (*counts.values(), pipeline_id),
+        )
+        self.rederive(pipeline_id)
+
+    # --- inserting tasks ------------------------------------------------------------------------
+    def insert_task(
+        self, spec: NewTask, pipeline_id: str | None, material_id: str | None, owner: str
+    ) -> tuple[str, bool]:
+        """Insert one task; returns (task id, inserted). An active task with the same
+        idempotency key is reused instead (returned with inserted=False)."""
+        key = spec.idempotency_key
+        if key is not None:
+            existing = self.q(
+                f"SELECT id FROM task WHERE idempotency_key = ? AND status IN {schema.ACTIVE_SQL}",
+                (key,),
+            ).fetchone()
+            if existing is not None:
+                logger.info(
+                    "idempotency key %s already active as task %s; not inserted",
+                    key,
+                    existing["id"],
+                    extra={"action": "task_dedupe"},
+                )
+                return str(existing["id"]), False
+        task_id = spec.id or str(uuid.uuid4())
+        parents = list(dict.fromkeys(spec.depends_on))
+        unmet = 0
+        dead_parent: str | None = None
+        for parent in parents:
+            prow = self.q("SELECT status FROM task WHERE id = ?", (parent,)).fetchone()
+            if prow is None:
+                raise errors.InvalidRequest(f"task depends on unknown task {parent}")
+            pstatus = TaskStatus(prow["status"])
+            if not pstatus.satisfies_dependency:
+                unmet += 1
+            if pstatus in (S.FAILED, S.CANCELLED):
+                dead_parent = parent
+        self.q(
+            "INSERT INTO task (id, type, pipeline_id, material_id, status, priority, depends_on, "
+            "payload, cache_policy, cloud_preference, publisher_id, idempotency_key, "
+            "max_retries, created_by, owner_id, file_node_id, node_affinity, is_pausable, "
+            "change_seq, unmet_deps, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                task_id,
+                spec.type,
+                pipeline_id,
+                spec.material_id or material_id,
+                spec.priority,
+                dumps(parents),
+                dumps(spec.payload),
+                spec.cache_policy.value,
+                spec.cloud_preference.value,
+                spec.publisher_id,
+                key,
+                spec.max_retries,
+                owner,
+                owner,
+                spec.file_node_id,
+                spec.node_affinity,
+                int(spec.is_pausable),
+                self.seq,
+                unmet,
+                self.now,
+                self.now,
+            ),
+        )
+        if parents:
+            self.q(
+                "INSERT INTO task_dep (parent_id, task_id) VALUES "
+                + ",".join("(?, ?)" for _ in parents),
+                [v for p in parents for v in (p, task_id)],
+            )
+        self.event(task_id, "created")
+        self.bump(pipeline_id, None, S.PENDING)
+        if dead_parent is not None:
+            self.transition(
+                self.task_row(task_id),
+                S.CANCELLED,
+                event_type="upstream_failed",
+                message=f"upstream task {dead_parent} is not runnable",
+                error=f"upstream task {dead_parent} is not runnable",
+                error_type=ErrorType.UPSTREAM_FAILED.value,
+                completed_at=self.now,
+            )
+        return task_id, True
+
+    def apply_plan(self, plan: SpawnPlan, pipeline: Pipeline, owner: str) -> list[str]:
+        new_ids = []
+        for spec in plan.new_tasks:
+            task_id, _ = self.insert_task(spec, pipeline.id, pipeline.material_id, owner)
+            new_ids.append(task_id)
+        for task_id, patch in plan.patch_payloads.items():
+            row = self.task_row(task_id)
+            if TaskStatus(row["status"]) not in (S.PENDING, S.CLAIMED):
+                continue
+            payload = json.loads(row["payload"])
+            payload.update(patch)
+            self.q(
+                "UPDATE task SET payload = ?, updated_at = ?, change_seq = ? WHERE id = ?",
+                (dumps(payload), self.now, self.seq, task_id),
+            )
+        for task_id, parents in plan.add_dependencies.items():
+            self.add_dependencies(task_id, parents)
+        for task_id in plan.skip:
+            row = self.task_row(task_id)
+            if TaskStatus(row["status"]) in (S.PENDING, S.CLAIMED):
+                self.transition(
+                    row, S.SKIPPED, message=plan.skip_reason, completed_at=self.now, claimed_by=None
+                )
+        if "detected_language" in plan.pipeline_updates:
+            self.q(
+                "UPDATE pipeline_instance SET detected_language = ? WHERE id = ?",
+                (plan.pipeline_updates["detected_language"], pipeline.id),
+            )
+            self.touch_pipeline(pipeline.id)
+        return new_ids
+
+    def add_dependencies(self, task_id: str, parents: Iterable[str]) -> None:
+        row = self.task_row(task_id)
+        if TaskStatus(row["status"]) != S.PENDING:
+            raise errors.IllegalTransition(
+                f"cannot add dependencies to task {task_id}: it is {row['status']}"
+            )
+        current = json.loads(row["depends_on"])
+        added = [p for p in dict.fromkeys(parents) if p not in current and p != task_id]
+        unmet = 0
+        for parent in added:
+            prow = self.q("SELECT status FROM task WHERE id = ?", (parent,)).fetchone()
+            if prow is None:
+                raise errors.InvalidRequest(f"task depends on unknown task {parent}")
+            if not TaskStatus(prow["status"]).satisfies_dependency:
+                unmet += 1
+            self.q("INSERT INTO task_dep (parent_id, task_id) VALUES (?, ?)", (parent, task_id))
+        if added:
+            self.q(
+                "UPDATE task SET depends_on = ?, unmet_deps = unmet_deps + ?, updated_at = ?, "
+                "change_seq = ? WHERE id = ?",
+                (dumps(current + added), unmet, self.now, self.seq, task_id),
+            )

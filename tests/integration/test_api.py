@@ -1,0 +1,261 @@
+"""The HTTP API through an ASGI client against a real node (real SQLite, real engine)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from fredica.api.app import create_app
+from fredica.demo import local_http_server
+from fredica.node import Node
+
+from .test_engine import fast_settings
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Node]]:
+    node = Node(fast_settings(tmp_path))
+    await node.start()
+    app = create_app(node, manage_lifecycle=False)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://node") as client:
+        yield client, node
+    await node.stop(grace=1)
+
+
+async def wait_pipeline(client: httpx.AsyncClient, pid: str, timeout: float = 20) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        data = (await client.get(f"/api/v1/pipelines/{pid}")).json()
+        if data["status"] in ("completed", "failed", "cancelled", "partial_failed"):
+            return data
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"pipeline {pid} did not finish")
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_create_get_list_and_dedupe(api) -> None:
+    client, _ = api
+    body = {
+        "template": "custom",
+        "material_id": "mat-1",
+        "tasks": [
+            {"ref": "a", "type": "TEST_SLEEP", "payload": {"seconds": 0.05}},
+            {"ref": "b", "type": "TEST_SLEEP", "depends_on": ["a"]},
+        ],
+    }
+    r = await client.post("/api/v1/pipelines", json=body)
+    assert r.status_code == 201
+    created = r.json()
+    assert created["deduplicated"] is False and set(created["tasks"]) == {"a", "b"}
+    again = await client.post("/api/v1/pipelines", json=body)
+    assert again.json() == created | {
+        "deduplicated": True,
+        "tasks": created["tasks"],
+        "status": again.json()["status"],
+    }
+    data = await wait_pipeline(client, created["pipeline_id"])
+    assert data["status"] == "completed" and len(data["tasks"]) == 2
+    task = data["tasks"][0]
+    for column in (
+        "attempt",
+        "change_seq",
+        "is_paused",
+        "is_pausable",
+        "progress",
+        "payload",
+        "result",
+        "created_at",
+        "heartbeat_at",
+        "excluded_nodes",
+        "owner_id",
+    ):
+        assert column in task
+    assert isinstance(task["created_at"], float) and isinstance(task["payload"], dict)
+    listed = (await client.get("/api/v1/pipelines")).json()["pipelines"]
+    assert [p["id"] for p in listed] == [created["pipeline_id"]]
+    tasks = (
+        await client.get(
+            "/api/v1/tasks", params={"pipeline_id": created["pipeline_id"], "status": "completed"}
+        )
+    ).json()["tasks"]
+    assert len(tasks) == 2
+    detail = (await client.get(f"/api/v1/tasks/{created['tasks']['b']}")).json()
+    assert [e["event_type"] for e in detail["events"]][:1] == ["created"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "fragment"),
+    [
+        (b"{not json", 400, "malformed JSON"),
+        ({"template": "nope"}, 422, "unknown template 'nope'"),
+        ({"template": "custom", "tasks": [{"ref": "a", "type": "NOPE"}]}, 422, "unknown task type"),
+        (
+            {
+                "template": "custom",
+                "tasks": [
+                    {"ref": "a", "type": "TEST_SLEEP", "depends_on": ["b"]},
+                    {"ref": "b", "type": "TEST_SLEEP", "depends_on": ["a"]},
+                ],
+            },
+            422,
+            "cycle",
+        ),
+        (
+            {
+                "template": "custom",
+                "tasks": [{"ref": "a", "type": "TEST_SLEEP", "depends_on": ["x"]}],
+            },
+            422,
+            "unknown ref",
+        ),
+        (
+            {
+                "template": "custom",
+                "tasks": [{"ref": "a", "type": "TEST_SLEEP", "priority": "high"}],
+            },
+            422,
+            "tasks[0].priority",
+        ),
+        ({"template": "custom", "tasks": "many"}, 422, "tasks"),
+        (
+            {"template": "custom", "tasks": [{"ref": "a", "type": "TEST_SLEEP"}], "extra": 1},
+            422,
+            "extra",
+        ),
+        ({"tasks": []}, 422, "template"),
+    ],
+)
+async def test_bad_input_is_a_clear_4xx_and_writes_nothing(
+    api, body, status: int, fragment: str
+) -> None:
+    client, node = api
+    kwargs = (
+        {"content": body, "headers": {"content-type": "application/json"}}
+        if isinstance(body, bytes)
+        else {"json": body}
+    )
+    r = await client.post("/api/v1/pipelines", **kwargs)
+    assert r.status_code == status, r.text
+    assert fragment in r.json()["error"]
+    assert await node.db.call(node.store.list_pipelines) == []
+    assert await node.db.call(node.store.list_tasks) == []
+
+
+async def test_task_actions_and_their_refusals(api) -> None:
+    client, _ = api
+    created = (
+        await client.post(
+            "/api/v1/pipelines",
+            json={
+                "template": "custom",
+                "tasks": [
+                    {"ref": "s", "type": "TEST_SLEEP", "payload": {"seconds": 20}},
+                    {
+                        "ref": "f",
+                        "type": "TEST_FAIL",
+                        "max_retries": 0,
+                        "payload": {"error_type": "AWAITING_CREDENTIAL"},
+                    },
+                ],
+            },
+        )
+    ).json()
+    s, f = created["tasks"]["s"], created["tasks"]["f"]
+    for _ in range(200):
+        if (await client.get(f"/api/v1/tasks/{s}")).json()["status"] == "running":
+            break
+        await asyncio.sleep(0.02)
+    paused = await client.post(f"/api/v1/tasks/{s}/pause")
+    assert paused.status_code == 200 and paused.json()["is_paused"] is True
+    resumed = await client.post(f"/api/v1/tasks/{s}/resume")
+    assert resumed.json()["is_paused"] is False
+    assert (await client.post(f"/api/v1/tasks/{s}/retry")).status_code == 409
+    assert (await client.post(f"/api/v1/tasks/{s}/explode")).status_code == 404
+    assert (await client.post("/api/v1/tasks/no-such-task/cancel")).status_code == 404
+    # AWAITING_CREDENTIAL: no auto-retry; the user skips it
+    for _ in range(200):
+        if (await client.get(f"/api/v1/tasks/{f}")).json()["status"] == "failed":
+            break
+        await asyncio.sleep(0.02)
+    assert (await client.get(f"/api/v1/tasks/{f}")).json()["error_type"] == "AWAITING_CREDENTIAL"
+    assert (await client.post(f"/api/v1/tasks/{f}/pause")).status_code == 409
+    assert (await client.post(f"/api/v1/tasks/{f}/skip")).json()["status"] == "skipped"
+    r = await client.delete(f"/api/v1/pipelines/{created['pipeline_id']}")
+    assert r.status_code == 202
+    data = await wait_pipeline(client, created["pipeline_id"])
+    assert data["status"] == "cancelled"
+    assert (await client.delete(f"/api/v1/pipelines/{created['pipeline_id']}")).status_code == 409
+
+
+async def test_network_test_route_measures_real_latency(api) -> None:
+    client, _ = api
+    with local_http_server() as base:
+        r = await client.post(
+            "/api/v1/NetworkTestRoute",
+            json={
+                "urls": [f"{base}/", f"http://127.0.0.1:{closed_port()}/", f"{base}/slow?ms=1500"],
+                "timeout_ms": 500,
+            },
+        )
+        assert r.status_code == 200
+        ids = r.json()
+        for _ in range(200):
+            rows = (
+                await client.get(
+                    "/api/v1/WorkerTaskListRoute", params={"pipeline_id": ids["pipeline_id"]}
+                )
+            ).json()["tasks"]
+            if rows[0]["status"] == "completed":
+                break
+            await asyncio.sleep(0.05)
+    assert rows[0]["id"] == ids["task_id"]
+    ok, refused, slow = rows[0]["result"]["results"]
+    assert ok["status"] == "ok" and isinstance(ok["latency_ms"], int) and ok["latency_ms"] < 500
+    assert refused["status"] == "error" and refused["latency_ms"] is None and refused["error"]
+    assert slow["status"] == "timeout" and slow["error"] == "timeout (>500ms)"
+
+
+async def test_network_test_route_rejects_bad_bodies(api) -> None:
+    client, node = api
+    r = await client.post(
+        "/api/v1/NetworkTestRoute", content=b"{", headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 422 and "malformed JSON" in r.json()["error"]
+    r = await client.post("/api/v1/NetworkTestRoute", json={"timeout_ms": "soon"})
+    assert r.status_code == 422 and "timeout_ms" in r.json()["error"]
+    r = await client.post("/api/v1/NetworkTestRoute", json={"urls": ["file:///etc/passwd"]})
+    assert r.status_code == 422 and "not an http" in r.json()["error"]
+    assert await node.db.call(node.store.list_tasks) == []
+
+
+async def test_health_status_and_metrics(api) -> None:
+    client, node = api
+    assert (await client.get("/healthz")).json()["ok"] is True
+    status = (await client.get("/api/v1/status")).json()
+    assert status["node_id"] == "node-t" and "NETWORK_TEST" in status["task_types"]
+    assert status["previous_shutdown_type"] == "FIRST_START"
+    created = (
+        await client.post(
+            "/api/v1/pipelines",
+            json={"template": "custom", "tasks": [{"ref": "a", "type": "TEST_SLEEP"}]},
+        )
+    ).json()
+    await wait_pipeline(client, created["pipeline_id"])
+    text = (await client.get("/metrics")).text
+    assert 'fredica_tasks{status="completed"} 1.0' in text
+    assert 'fredica_engine_tasks_total{outcome="completed"} 1.0' in text
+    nodes = (await client.get("/api/v1/nodes")).json()["nodes"]
+    assert nodes[0]["id"] == "node-t"

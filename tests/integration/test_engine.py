@@ -1,0 +1,432 @@
+"""The worker engine with real executors, a real SQLite file and real child processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fredica.domain.models import PipelineStatus, TaskStatus
+from fredica.engine.worker import EngineSettings
+from fredica.node import Node, NodeSettings
+from fredica.pipelines.request import PipelineRequest
+
+S = TaskStatus
+
+
+def fast_settings(tmp_path: Path, **overrides: Any) -> NodeSettings:
+    engine = EngineSettings(
+        node_id="node-t",
+        data_dir=tmp_path,
+        max_workers=overrides.pop("max_workers", 2),
+        poll_interval=0.05,
+        idle_poll_interval=0.2,
+        heartbeat_interval=overrides.pop("heartbeat_interval", 0.1),
+        stale_after=overrides.pop("stale_after", 5.0),
+        reclaim_after=overrides.pop("reclaim_after", 20.0),
+        progress_flush_interval=0.02,
+        shutdown_grace=overrides.pop("shutdown_grace", 5.0),
+    )
+    return NodeSettings(
+        node_id="node-t", data_dir=tmp_path, engine=engine, plugins=("fredica_testplugin",)
+    )
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
+    n = Node(fast_settings(tmp_path))
+    await n.start()
+    yield n
+    await n.stop(grace=2)
+
+
+async def wait_for(predicate: Callable[[], Any], timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = await predicate() if asyncio.iscoroutinefunction(predicate) else predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+async def create(node: Node, tasks: list[dict[str, Any]], **kw: Any) -> tuple[str, dict[str, str]]:
+    pipeline, _ = await node.create_pipeline(PipelineRequest(template="custom", tasks=tasks, **kw))
+    return pipeline.id, pipeline.params["refs"]
+
+
+async def task(node: Node, task_id: str):
+    return await node.db.call(node.store.get_task, task_id)
+
+
+async def pipeline_done(node: Node, pid: str):
+    p = await node.db.call(node.store.get_pipeline, pid)
+    return p if p.status.is_terminal else None
+
+
+def counter_value(path: Path) -> int:
+    text = path.read_text() if path.exists() else "0"
+    return -1 if text == "done" else int(text or 0)
+
+
+async def test_dag_runs_in_order_with_results(node: Node) -> None:
+    pid, refs = await create(
+        node,
+        [
+            {"ref": "a", "type": "TEST_SLEEP", "payload": {"seconds": 0.05, "value": 1}},
+            {
+                "ref": "b",
+                "type": "TEST_SLEEP",
+                "payload": {"seconds": 0.05, "value": 2},
+                "depends_on": ["a"],
+            },
+            {
+                "ref": "c",
+                "type": "TEST_SLEEP",
+                "payload": {"seconds": 0.05, "value": 3},
+                "depends_on": ["a"],
+            },
+            {
+                "ref": "d",
+                "type": "TEST_SLEEP",
+                "payload": {"seconds": 0.01},
+                "depends_on": ["b", "c"],
+            },
+        ],
+    )
+    p = await wait_for(lambda: pipeline_done(node, pid))
+    assert p.status is PipelineStatus.COMPLETED and p.done_tasks == 4
+    tasks = {r: await task(node, tid) for r, tid in refs.items()}
+    assert tasks["a"].completed_at <= tasks["b"].started_at
+    assert tasks["a"].completed_at <= tasks["c"].started_at
+    assert max(tasks["b"].completed_at, tasks["c"].completed_at) <= tasks["d"].started_at
+    assert tasks["b"].result == {"slept": 0.05, "attempt": 1, "value": 2}
+
+
+async def test_transient_failures_retry_until_success(node: Node) -> None:
+    pid, refs = await create(
+        node,
+        [
+            {
+                "ref": "f",
+                "type": "TEST_FAIL",
+                "max_retries": 3,
+                "payload": {"error_type": "TRANSIENT", "succeed_on_attempt": 3},
+            }
+        ],
+    )
+    p = await wait_for(lambda: pipeline_done(node, pid))
+    t = await task(node, refs["f"])
+    assert p.status is PipelineStatus.COMPLETED
+    assert (t.attempt, t.retry_count, t.result) == (3, 2, {"attempt": 3})
+    kinds = [e.event_type for e in await node.db.call(node.store.task_events, t.id)]
+    assert kinds.count("retry") == 2
+
+
+@pytest.mark.parametrize("error_type", ["PERMANENT", "PAYLOAD_ERROR", "AWAITING_CREDENTIAL"])
+async def test_non_retryable_classes_fail_at_once_and_call_on_task_failed(
+    node: Node, error_type: str
+) -> None:
+    from fredica_testplugin import FailExecutor
+
+    pid, refs = await create(
+        node,
+        [
+            {
+                "ref": "f",
+                "type": "TEST_FAIL",
+                "max_retries": 5,
+                "payload": {"error_type": error_type},
+            }
+        ],
+    )
+    p = await wait_for(lambda: pipeline_done(node, pid))
+    t = await task(node, refs["f"])
+    assert p.status is PipelineStatus.FAILED
+    assert (t.status, t.attempt, t.retry_count) == (S.FAILED, 1, 0)
+    assert t.error_type == ("PERMANENT" if error_type == "PAYLOAD_ERROR" else error_type)
+    assert (t.id, "failed") in FailExecutor.failed_calls
+
+
+async def test_resource_error_excludes_this_node(node: Node) -> None:
+    pid, refs = await create(
+        node,
+        [
+            {
+                "ref": "f",
+                "type": "TEST_FAIL",
+                "max_retries": 3,
+                "payload": {"error_type": "RESOURCE"},
+            }
+        ],
+    )
+    t = await wait_for(lambda: task(node, refs["f"]))
+    t = await wait_for(lambda: _with(task(node, refs["f"]), lambda x: x.retry_count == 1 and x))
+    assert t.status is S.PENDING and t.excluded_nodes == ["node-t"]
+    await asyncio.sleep(0.4)  # this node never claims it again
+    assert (await task(node, refs["f"])).attempt == 1
+
+
+async def test_rate_limited_waits_for_retry_after(node: Node) -> None:
+    pid, refs = await create(
+        node,
+        [
+            {
+                "ref": "f",
+                "type": "TEST_FAIL",
+                "max_retries": 3,
+                "payload": {"error_type": "RATE_LIMITED", "retry_after": 0.5},
+            }
+        ],
+    )
+    first = await wait_for(lambda: _with(task(node, refs["f"]), lambda x: x.retry_count == 1 and x))
+    assert first.retry_after is not None and first.error_type == "RATE_LIMITED"
+    second = await wait_for(
+        lambda: _with(task(node, refs["f"]), lambda x: x.retry_count == 2 and x)
+    )
+    events = await node.db.call(node.store.task_events, second.id)
+    claims = [e.occurred_at for e in events if e.event_type == "claimed"]
+    assert claims[1] - claims[0] >= 0.5
+
+
+async def test_unexpected_exception_is_transient(node: Node) -> None:
+    pid, refs = await create(
+        node,
+        [{"ref": "f", "type": "TEST_FAIL", "max_retries": 1, "payload": {"error_type": "CRASH"}}],
+    )
+    await wait_for(lambda: pipeline_done(node, pid))
+    t = await task(node, refs["f"])
+    assert (t.status, t.attempt, t.error_type) == (S.FAILED, 2, "TRANSIENT")
+    assert "RuntimeError: unexpected bug" in (t.error or "")
+
+
+async def _with(coro: Any, fn: Callable[[Any], Any]) -> Any:
+    return fn(await coro)
+
+
+async def test_pause_really_stops_the_child_process_and_resume_continues(
+    node: Node, tmp_path: Path
+) -> None:
+    counter = tmp_path / "burn.txt"
+    pid, refs = await create(
+        node,
+        [{"ref": "burn", "type": "TEST_BURN", "payload": {"counter": str(counter), "seconds": 3}}],
+    )
+    await wait_for(lambda: counter_value(counter) > 0)
+    paused = await node.task_action(refs["burn"], "pause")
+    assert paused.is_paused and paused.status is S.RUNNING
+    await asyncio.sleep(0.2)  # let the last write land
+    frozen = counter_value(counter)
+    await asyncio.sleep(1.0)
+    assert counter_value(counter) == frozen, "a paused process kept running"
+    resumed = await node.task_action(refs["burn"], "resume")
+    assert not resumed.is_paused
+    await wait_for(lambda: counter_value(counter) != frozen)
+    p = await wait_for(lambda: pipeline_done(node, pid))
+    assert p.status is PipelineStatus.COMPLETED
+    kinds = [e.event_type for e in await node.db.call(node.store.task_events, refs["burn"])]
+    assert "paused" in kinds and "resumed" in kinds
+
+
+async def test_cancel_of_running_work_kills_the_child(node: Node, tmp_path: Path) -> None:
+    from fredica_testplugin import FailExecutor  # noqa: F401  (plugin loaded)
+
+    counter = tmp_path / "burn.txt"
+    pid, refs = await create(
+        node,
+        [
+            {
+                "ref": "burn",
+                "type": "TEST_BURN",
+                "payload": {"counter": str(counter), "seconds": 30},
+            },
+            {"ref": "after", "type": "TEST_SLEEP", "depends_on": ["burn"]},
+        ],
+    )
+    await wait_for(lambda: counter_value(counter) > 0)
+    started = time.monotonic()
+    await node.task_action(refs["burn"], "cancel")
+    t = await wait_for(
+        lambda: _with(task(node, refs["burn"]), lambda x: x.status.is_terminal and x)
+    )
+    assert t.status is S.CANCELLED and time.monotonic() - started < 5
+    value = counter_value(counter)
+    await asyncio.sleep(0.5)
+    assert counter_value(counter) == value, "the child survived the cancel"
+    assert (await task(node, refs["after"])).error_type == "UPSTREAM_FAILED"
+    p = await wait_for(lambda: pipeline_done(node, pid))
+    assert p.status is PipelineStatus.COMPLETED  # a cancelled task is not a failure (§4.7)
+
+
+async def test_pipeline_cancel_stops_running_and_pending(node: Node, tmp_path: Path) -> None:
+    pid, refs = await create(
+        node,
+        [
+            {"ref": "a", "type": "TEST_SLEEP", "payload": {"seconds": 30}},
+            {"ref": "b", "type": "TEST_SLEEP", "payload": {"seconds": 30}, "depends_on": ["a"]},
+        ],
+    )
+    await wait_for(lambda: _with(task(node, refs["a"]), lambda x: x.status is S.RUNNING))
+    p = await node.cancel_pipeline(pid)
+    assert p.status in (PipelineStatus.CANCELLING, PipelineStatus.CANCELLED)
+    p = await wait_for(lambda: pipeline_done(node, pid))
+    assert p.status is PipelineStatus.CANCELLED
+    assert [(await task(node, refs[r])).status for r in "ab"] == [S.CANCELLED, S.CANCELLED]
+
+
+async def test_self_requested_pause_in_subprocess(node: Node, tmp_path: Path) -> None:
+    marker = tmp_path / "marker.txt"
+    pid, refs = await create(
+        node,
+        [
+            {
+                "ref": "s",
+                "type": "TEST_SUBPROC",
+                "payload": {"mode": "self_pause", "marker": str(marker)},
+            }
+        ],
+    )
+    t = await wait_for(
+        lambda: _with(task(node, refs["s"]), lambda x: x.is_paused and x.progress == 30 and x)
+    )
+    assert marker.read_text() == "waiting" and t.status is S.RUNNING
+    await asyncio.sleep(0.5)
+    assert marker.read_text() == "waiting"  # it really waits for the resume
+    events = await node.db.call(node.store.task_events, refs["s"])
+    assert any(e.event_type == "paused" and e.message == "gpu_oom" for e in events)
+    await node.task_action(refs["s"], "resume")
+    p = await wait_for(lambda: pipeline_done(node, pid))
+    t = await task(node, refs["s"])
+    assert p.status is PipelineStatus.COMPLETED and t.result["resumed"] is True
+    assert marker.read_text() == "resumed" and not t.is_paused
+
+
+async def test_work_that_pauses_and_resumes_itself(node: Node, tmp_path: Path) -> None:
+    marker = tmp_path / "resource"
+    pid, refs = await create(
+        node,
+        [
+            {
+                "ref": "s",
+                "type": "TEST_SUBPROC",
+                "payload": {"mode": "self_resume", "marker": str(marker)},
+            }
+        ],
+    )
+    await wait_for(lambda: _with(task(node, refs["s"]), lambda x: x.is_paused))
+    marker.touch()  # the resource appears; no user action
+    p = await wait_for(lambda: pipeline_done(node, pid))
+    assert p.status is PipelineStatus.COMPLETED
+    kinds = [e.event_type for e in await node.db.call(node.store.task_events, refs["s"])]
+    assert kinds.index("paused") < kinds.index("resumed") < kinds.index("completed")
+
+
+async def test_subprocess_task_errors_keep_their_class(node: Node) -> None:
+    pid, refs = await create(
+        node, [{"ref": "s", "type": "TEST_SUBPROC", "max_retries": 3, "payload": {"mode": "fail"}}]
+    )
+    await wait_for(lambda: pipeline_done(node, pid))
+    t = await task(node, refs["s"])
+    assert (t.status, t.error_type, t.attempt) == (S.FAILED, "PERMANENT", 1)
+    assert "corrupt" in (t.error or "")
+
+
+async def test_check_existing_skips_the_run(node: Node, tmp_path: Path) -> None:
+    out = tmp_path / "out.txt"
+    pid, refs = await create(
+        node, [{"ref": "w", "type": "TEST_WRITE", "payload": {"output": str(out)}}]
+    )
+    await wait_for(lambda: pipeline_done(node, pid))
+    assert (await task(node, refs["w"])).result == {"output": str(out), "reused": False}
+    pid2, refs2 = await create(
+        node, [{"ref": "w", "type": "TEST_WRITE", "payload": {"output": str(out)}}]
+    )
+    await wait_for(lambda: pipeline_done(node, pid2))
+    assert (await task(node, refs2["w"])).result == {"output": str(out), "reused": True}
+
+
+async def test_spawning_at_completion(node: Node) -> None:
+    pipeline, _ = await node.create_pipeline(
+        PipelineRequest(template="test_fanout", params={"chunks": 4})
+    )
+    p = await wait_for(lambda: pipeline_done(node, pipeline.id))
+    assert p.status is PipelineStatus.COMPLETED and p.total_tasks == 6
+    tasks = await node.db.call(node.store.list_tasks, pipeline.id)
+    merge = next(t for t in tasks if t.payload.get("role") == "merge")
+    chunks = [t for t in tasks if t.payload.get("role") == "chunk"]
+    assert len(chunks) == 4 and merge.payload["chunk_count"] == 4
+    assert max(c.completed_at for c in chunks) <= merge.started_at
+
+
+async def test_max_workers_bounds_concurrency(tmp_path: Path) -> None:
+    n = Node(fast_settings(tmp_path, max_workers=3))
+    await n.start()
+    try:
+        pid, refs = await create(
+            n,
+            [
+                {"ref": f"t{i}", "type": "TEST_SLEEP", "payload": {"seconds": 0.15}}
+                for i in range(9)
+            ],
+        )
+        peak = 0
+        while not await pipeline_done(n, pid):
+            peak = max(peak, n.engine.running_count)
+            await asyncio.sleep(0.01)
+        assert peak == 3
+    finally:
+        await n.stop()
+
+
+async def test_graceful_stop_releases_unfinished_work(tmp_path: Path) -> None:
+    n = Node(fast_settings(tmp_path, shutdown_grace=0.3))
+    await n.start()
+    pid, refs = await create(
+        n,
+        [
+            {"ref": "quick", "type": "TEST_SLEEP", "payload": {"seconds": 0.1}},
+            {"ref": "slow", "type": "TEST_SLEEP", "payload": {"seconds": 30}},
+        ],
+    )
+    await wait_for(lambda: _with(task(n, refs["quick"]), lambda x: x.status is S.RUNNING))
+    await n.stop()
+    n2 = Node(fast_settings(tmp_path))
+    quick = n2.store.get_task(refs["quick"])
+    slow = n2.store.get_task(refs["slow"])
+    assert quick.status is S.COMPLETED  # finished within the grace period
+    assert (slow.status, slow.retry_count, slow.claimed_by) == (S.PENDING, 0, None)
+    assert n2.store.get_config("last_shutdown_type") == "CLEAN"
+    n2.db.close()
+
+
+async def test_a_zombie_attempt_cannot_report(node: Node) -> None:
+    pid, refs = await create(
+        node, [{"ref": "z", "type": "TEST_SLEEP", "payload": {"seconds": 1.0}}]
+    )
+    t = await wait_for(lambda: _with(task(node, refs["z"]), lambda x: x.status is S.RUNNING and x))
+    # another node reclaims and claims it behind this node's back
+    store = node.store
+    await node.db.call(
+        lambda: store._conn.execute(
+            "UPDATE task SET status='pending', claimed_by=NULL WHERE id=?", (t.id,)
+        )
+    )
+    await node.db.call(
+        lambda: store._conn.execute(
+            "UPDATE task SET status='running', claimed_by='node-other', "
+            "attempt=attempt+1 WHERE id=?",
+            (t.id,),
+        )
+    )
+    await asyncio.sleep(1.5)
+    after = await task(node, t.id)
+    assert (after.status, after.claimed_by, after.result) == (S.RUNNING, "node-other", None)
+    assert not node.engine.is_running_here(t.id)  # the heartbeat told it to stop
+    assert os.getpid()  # the node itself is fine

@@ -1,0 +1,223 @@
+"""Executors and a template used by the tests, loaded as a real plugin (`plugins:` in
+worker.yaml or `Registry.load_plugins`). Each does real work: sleeps, a CPU-burning child
+process, a child Python process that pauses itself, classified failures, spawning."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from fredica import errors
+from fredica.domain import models
+from fredica.domain.spawn import SpawnInput, SpawnPlan
+from fredica.executors.base import ExecuteResult, TaskExecutor
+from fredica.executors.context import TaskContext
+from fredica.executors.process import SubprocessReporter
+from fredica.pipelines.request import PipelineRequest
+from fredica.pipelines.templates import BuildContext, Template
+from fredica.registry import Registry
+
+ERRORS: dict[str, type[errors.TaskError]] = {
+    "TRANSIENT": errors.TransientError,
+    "RESOURCE": errors.ResourceError,
+    "PERMANENT": errors.PermanentError,
+    "PAYLOAD_ERROR": errors.PayloadError,
+    "AWAITING_CREDENTIAL": errors.AwaitingCredentialError,
+}
+
+# A child that burns CPU and writes a counter file, so tests can see whether it advances.
+BURN_SCRIPT = """
+import sys, time, pathlib
+counter = pathlib.Path(sys.argv[1]); seconds = float(sys.argv[2])
+n = 0; end = time.monotonic() + seconds; last = 0.0
+while time.monotonic() < end:
+    n += 1
+    if n % 20000 == 0:
+        counter.write_text(str(n))
+counter.write_text("done")
+"""
+
+
+class SleepExecutor(TaskExecutor):
+    """Sleeps `seconds` in small steps with checkpoints; records its pid/attempt if asked."""
+
+    task_type = "TEST_SLEEP"
+    pausable = True
+
+    async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
+        import asyncio
+
+        seconds = float(task.payload.get("seconds", 0.2))
+        marker = task.payload.get("marker_dir")
+        if marker:
+            Path(marker, f"{task.id}.{task.attempt}.{os.getpid()}").touch()
+        steps = max(1, int(seconds / 0.02))
+        for i in range(steps):
+            await ctx.checkpoint()
+            await asyncio.sleep(seconds / steps)
+            ctx.progress(100 * (i + 1) / steps)
+        return ExecuteResult(
+            {"slept": seconds, "attempt": task.attempt, "value": task.payload.get("value")}
+        )
+
+
+class BurnExecutor(TaskExecutor):
+    """Runs a CPU-burning child process for `seconds` (pause = SIGSTOP, cancel = terminate)."""
+
+    task_type = "TEST_BURN"
+    pausable = True
+
+    async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
+        counter = Path(task.payload["counter"])
+        await ctx.run_process(
+            [sys.executable, "-c", BURN_SCRIPT, str(counter), str(task.payload.get("seconds", 5))]
+        )
+        return ExecuteResult({"counter": counter.read_text()})
+
+
+def self_pausing_work(reporter: SubprocessReporter, marker: str, hold: float) -> dict[str, Any]:
+    """Child process: progress, pause itself until resumed by the user, then finish."""
+    reporter.progress(30, "before self-pause")
+    Path(marker).write_text("waiting")
+    reporter.request_pause("gpu_oom")  # clear, put, wait
+    Path(marker).write_text("resumed")
+    reporter.progress(90, "after resume")
+    time.sleep(hold)
+    return {"resumed": True, "pid": os.getpid()}
+
+
+def self_resuming_work(reporter: SubprocessReporter, marker: str) -> dict[str, Any]:
+    """Child process: pauses itself, then resumes itself when its 'resource' appears."""
+    reporter.request_pause("waiting for resource", wait=False)
+    while not Path(marker).exists():
+        time.sleep(0.02)
+    reporter.request_resume()
+    return {"self_resumed": True}
+
+
+def failing_work(reporter: SubprocessReporter) -> None:
+    raise errors.PermanentError("the input is corrupt")
+
+
+class SubprocessExecutor(TaskExecutor):
+    task_type = "TEST_SUBPROC"
+    pausable = True
+
+    async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
+        mode = task.payload.get("mode", "self_pause")
+        if mode == "self_pause":
+            value = await ctx.run_in_subprocess(
+                self_pausing_work, task.payload["marker"], float(task.payload.get("hold", 0.1))
+            )
+        elif mode == "self_resume":
+            value = await ctx.run_in_subprocess(self_resuming_work, task.payload["marker"])
+        else:
+            value = await ctx.run_in_subprocess(failing_work)
+        return ExecuteResult(value)
+
+
+class FailExecutor(TaskExecutor):
+    """Fails with `error_type` until attempt `succeed_on_attempt` (if given)."""
+
+    task_type = "TEST_FAIL"
+    failed_calls: list[tuple[str, str]] = []
+
+    async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
+        succeed_on = task.payload.get("succeed_on_attempt")
+        if succeed_on is not None and task.attempt >= int(succeed_on):
+            return ExecuteResult({"attempt": task.attempt})
+        kind = task.payload.get("error_type", "TRANSIENT")
+        if kind == "RATE_LIMITED":
+            raise errors.RateLimitedError(
+                "429 Too Many Requests", retry_after_sec=float(task.payload.get("retry_after", 60))
+            )
+        if kind == "CRASH":
+            raise RuntimeError("unexpected bug")
+        raise ERRORS[kind](f"simulated {kind} failure on attempt {task.attempt}")
+
+    async def on_task_failed(self, task: models.Task, result: ExecuteResult) -> None:
+        FailExecutor.failed_calls.append((task.id, task.status.value))
+
+
+class SkipExistingExecutor(TaskExecutor):
+    """CHECK_EXISTING: skips when payload.output exists, else writes it."""
+
+    task_type = "TEST_WRITE"
+
+    async def can_skip(self, task: models.Task, ctx: TaskContext) -> dict[str, Any] | None:
+        out = Path(task.payload["output"])
+        return {"output": str(out), "reused": True} if out.exists() and out.stat().st_size else None
+
+    async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
+        out = Path(task.payload["output"])
+        tmp = out.with_suffix(".part")
+        tmp.write_text("data")
+        tmp.rename(out)
+        return ExecuteResult({"output": str(out), "reused": False})
+
+
+class FanOutTemplate(Template):
+    """SPLIT (sleep) -> N spawned TEST_SLEEP chunks -> MERGE waits for all of them."""
+
+    name = "test_fanout"
+
+    def build(self, request: PipelineRequest, ctx: BuildContext) -> models.NewPipeline:
+        split = str(uuid.uuid4())
+        merge = str(uuid.uuid4())
+        return models.NewPipeline(
+            template=self.name,
+            material_id=request.material_id or f"fanout:{uuid.uuid4()}",
+            tasks=(
+                models.NewTask(
+                    id=split,
+                    type="TEST_SLEEP",
+                    payload={
+                        "seconds": 0.05,
+                        "role": "split",
+                        "chunks": int(request.params.get("chunks", 3)),
+                    },
+                ),
+                models.NewTask(
+                    id=merge,
+                    type="TEST_SLEEP",
+                    payload={"seconds": 0.01, "role": "merge"},
+                    depends_on=(split,),
+                ),
+            ),
+            params=dict(request.params),
+        )
+
+    def on_task_completed(self, done: SpawnInput) -> SpawnPlan | None:
+        if done.task.payload.get("role") != "split":
+            return None
+        merge = next(t for t in done.siblings if t.payload.get("role") == "merge")
+        chunks = tuple(
+            models.NewTask(
+                id=str(uuid.uuid4()),
+                type="TEST_SLEEP",
+                payload={"seconds": 0.02, "role": "chunk", "index": i},
+                depends_on=(done.task.id,),
+            )
+            for i in range(int(done.task.payload["chunks"]))
+        )
+        return SpawnPlan(
+            new_tasks=chunks,
+            add_dependencies={merge.id: tuple(c.id for c in chunks)},
+            patch_payloads={merge.id: {"chunk_count": len(chunks)}},
+        )
+
+
+def register(registry: Registry) -> None:
+    for executor in (
+        SleepExecutor(),
+        BurnExecutor(),
+        SubprocessExecutor(),
+        FailExecutor(),
+        SkipExistingExecutor(),
+    ):
+        registry.add_executor(executor)
+    registry.add_template(FanOutTemplate())
