@@ -76,4 +76,5 @@ def settings_from_config(
         port=port or cfg.api.port,
         engine=engine,
         plugins=tuple(cfg.plugins),
+        config=cfg,
     )

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fredica import errors
+from fredica import config, errors
+from fredica.capabilities import catalog
 from fredica.clock import Clock, SystemClock
 from fredica.domain import models
 from fredica.domain.models import ShutdownType
+from fredica.engine.backends import BackendSelector
 from fredica.engine.worker import EngineSettings, WorkerEngine
 from fredica.executors import network_test
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
@@ -47,6 +49,8 @@ class NodeSettings:
     engine: EngineSettings | None = None
     plugins: tuple[str, ...] = ()
     extra_task_types: frozenset[str] = frozenset()
+    #: the node's worker.yaml (None: every default, as an empty file would give)
+    config: config.WorkerConfig | None = None
 
     def engine_settings(self) -> EngineSettings:
         return self.engine or EngineSettings(node_id=self.node_id, data_dir=self.data_dir)
@@ -111,6 +115,10 @@ class Node:
     async def start(self) -> None:
         """Detect how the last run ended, recover, register this node, start the engine."""
         warn_if_network_fs(self.settings.data_dir)
+        cfg = self.settings.config or config.parse_config({}, "defaults")
+        self.engine.selector = await asyncio.to_thread(
+            BackendSelector.from_config, cfg, self._plugin_functions()
+        )
         now = self.clock.now()
         last = await self.db.call(self.store.get_config, KEY_LAST_SHUTDOWN)
         if last is None:
@@ -138,19 +146,46 @@ class Node:
             extra={"action": "node_start"},
         )
 
+    def _plugin_functions(self) -> dict[str, catalog.CapabilityFunction | None]:
+        """Capability functions of executor types the seed's table does not know (plugins)."""
+        from fredica.capabilities import task_types
+
+        out: dict[str, catalog.CapabilityFunction | None] = {}
+        for task_type in self.registry.task_types:
+            if task_types.is_known_task_type(task_type):
+                continue
+            executor = self.registry.executor(task_type)
+            needed = executor.capability if executor is not None else None
+            out[task_type] = catalog.CapabilityFunction(needed) if needed else None
+        return out
+
     async def register_self(self) -> None:
         engine = self.settings.engine_settings()
         await self.db.call(
             self.store.upsert_node,
             self.node_id,
             self.settings.hostname,
-            [{"task_type": t} for t in sorted(self.registry.task_types)],
+            self._capability_rows(),
             "online",
             engine.max_workers,
             f"http://{self.settings.host}:{self.settings.port}",
             {"running": self.engine.running_count},
             self.clock.now(),
         )
+
+    def _capability_rows(self) -> list[dict[str, Any]]:
+        selector = self.engine.selector
+        caps = [] if selector is None else selector.capabilities
+        return [
+            {
+                "function": c.function.value,
+                "backend": c.backend,
+                "accelerator": type(c.accelerator).__name__,
+                "models": list(c.models),
+                "score": c.score,
+            }
+            for c in caps
+        ]
 
     async def stop(self, grace: float | None = None) -> None:
         """Graceful stop: finish or release running work, then record a CLEAN shutdown."""
@@ -256,7 +291,7 @@ class Node:
             "max_workers": engine.max_workers,
             "running": self.engine.running_count,
             "task_counts": counts,
-            "task_types": sorted(self.registry.task_types),
+            "task_types": sorted(self.engine.claimable_types()),
             "templates": self.registry.template_names,
             "previous_shutdown_type": self.previous_shutdown.value,
             "startup_recovery": self.recovery.summary() if self.recovery else None,

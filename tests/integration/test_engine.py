@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections.abc import AsyncIterator, Callable
@@ -430,3 +431,118 @@ async def test_a_zombie_attempt_cannot_report(node: Node) -> None:
     assert (after.status, after.claimed_by, after.result) == (S.RUNNING, "node-other", None)
     assert not node.engine.is_running_here(t.id)  # the heartbeat told it to stop
     assert os.getpid()  # the node itself is fine
+
+
+def settings_with_config(tmp_path: Path, data: dict[str, Any]) -> NodeSettings:
+    from dataclasses import replace
+
+    from fredica import config
+
+    return replace(fast_settings(tmp_path), config=config.parse_config(data, "test"))
+
+
+ANALYZE_PROVIDER = {
+    "capabilities": {
+        "ai_analyze": {
+            "enabled": True,
+            "providers": [
+                {
+                    "backend": "deepseek-api",
+                    "api_key": "sk-test",
+                    "model": "deepseek-v3",
+                    "score": 75,
+                    "max_concurrent": 1,
+                }
+            ],
+        }
+    }
+}
+
+
+async def test_backend_is_chosen_recorded_and_max_concurrent_respected(tmp_path: Path) -> None:
+    n = Node(settings_with_config(tmp_path, ANALYZE_PROVIDER))
+    await n.start()
+    try:
+        assert "TEST_ANALYZE" in n.engine.claimable_types()
+        pid, refs = await create(
+            n,
+            [
+                {"ref": f"a{i}", "type": "TEST_ANALYZE", "payload": {"seconds": 0.3}}
+                for i in range(2)
+            ],
+        )
+        p = await wait_for(lambda: pipeline_done(n, pid))
+        assert p.status is PipelineStatus.COMPLETED
+        a0, a1 = [await task(n, refs[r]) for r in ("a0", "a1")]
+        for t in (a0, a1):
+            assert t.backend == "deepseek-api"
+            assert t.result["backend"] == "deepseek-api" and t.result["has_key"] is True
+            assert "sk-test" not in json.dumps(t.payload)  # the key never enters the task
+        # max_concurrent 1 for this provider: the two calls did not overlap
+        first, second = sorted((a0.result, a1.result), key=lambda r: r["started"])
+        assert second["started"] >= first["ended"]
+        events = await n.db.call(n.store.task_events, a0.id)
+        backend_events = [e.message for e in events if e.event_type == "backend"]
+        assert backend_events and backend_events[0].startswith("deepseek-api score=")
+    finally:
+        await n.stop()
+
+
+async def test_a_node_claims_only_what_it_can_serve(tmp_path: Path) -> None:
+    n = Node(settings_with_config(tmp_path, {"capabilities": {"ai_analyze": {"enabled": False}}}))
+    await n.start()
+    try:
+        assert "TEST_ANALYZE" not in n.engine.claimable_types()
+        assert "TEST_SLEEP" in n.engine.claimable_types()
+        pid, refs = await create(
+            n,
+            [
+                {"ref": "a", "type": "TEST_ANALYZE"},
+                {"ref": "s", "type": "TEST_SLEEP", "payload": {"seconds": 0.05}},
+            ],
+        )
+        await wait_for(lambda: _with(task(n, refs["s"]), lambda x: x.status is S.COMPLETED))
+        await asyncio.sleep(0.3)
+        a = await task(n, refs["a"])
+        assert (a.status, a.attempt) == (S.PENDING, 0)  # left for a node that has AI_ANALYZE
+        status = await n.status()
+        assert "TEST_ANALYZE" not in status["task_types"]
+    finally:
+        await n.stop()
+
+
+async def test_a_task_that_finds_its_backend_busy_is_released_not_failed(tmp_path: Path) -> None:
+    n = Node(settings_with_config(tmp_path, ANALYZE_PROVIDER))
+    await n.start()
+    try:
+        # occupy the only deepseek-api slot behind the claim filter's back (a lost race)
+        n.engine._active_by_backend["deepseek-api"] = 1
+        n.engine.selector = replace_busy_filter(n.engine.selector)
+        pid, refs = await create(n, [{"ref": "a", "type": "TEST_ANALYZE"}])
+        await wait_for(
+            lambda: _with(
+                n.db.call(n.store.task_events, refs["a"]),
+                lambda events: any(e.event_type == "released" for e in events),
+            )
+        )
+        t = await task(n, refs["a"])
+        assert (t.retry_count, t.excluded_nodes, t.error) == (0, [], None)
+        n.engine._active_by_backend["deepseek-api"] = 0
+        await wait_for(lambda: pipeline_done(n, pid))
+        assert (await task(n, refs["a"])).status is S.COMPLETED
+    finally:
+        await n.stop()
+
+
+def replace_busy_filter(selector):
+    """A selector whose claim filter ignores saturation (to force the race)."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Racy(type(selector)):
+        def saturated_functions(self, active_by_backend):
+            return frozenset()
+
+    return Racy(
+        selector.capabilities, selector.profile, selector.plugin_functions, selector.backend_configs
+    )

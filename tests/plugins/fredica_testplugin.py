@@ -160,6 +160,27 @@ class SkipExistingExecutor(TaskExecutor):
         return ExecuteResult({"output": str(out), "reused": False})
 
 
+class AnalyzeExecutor(TaskExecutor):
+    """Needs the AI_ANALYZE capability; reports which backend the engine chose for it."""
+
+    task_type = "TEST_ANALYZE"
+    capability = "AI_ANALYZE"
+
+    async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
+        import asyncio
+
+        started = time.time()
+        await asyncio.sleep(float(task.payload.get("seconds", 0.2)))
+        return ExecuteResult(
+            {
+                "backend": ctx.backend,
+                "has_key": bool(ctx.backend_config.get("api_key")),
+                "started": started,
+                "ended": time.time(),
+            }
+        )
+
+
 class FanOutTemplate(Template):
     """SPLIT (sleep) -> N spawned TEST_SLEEP chunks -> MERGE waits for all of them."""
 
@@ -218,6 +239,7 @@ def register(registry: Registry) -> None:
         SubprocessExecutor(),
         FailExecutor(),
         SkipExistingExecutor(),
+        AnalyzeExecutor(),
     ):
         registry.add_executor(executor)
     registry.add_template(FanOutTemplate())

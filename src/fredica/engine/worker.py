@@ -23,6 +23,7 @@ from fredica import errors
 from fredica.clock import Clock, SystemClock
 from fredica.domain import models
 from fredica.domain.models import ErrorType, TaskStatus
+from fredica.engine.backends import BackendChoice, BackendSelector
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
 from fredica.executors.control import TaskControl
@@ -96,6 +97,8 @@ class WorkerEngine:
         self.recovery: RecoveryReport | None = None
         self.stats = {"claimed": 0, "completed": 0, "failed": 0, "retried": 0, "cancelled": 0}
         self.failure: BaseException | None = None
+        self.selector: BackendSelector | None = None
+        self._active_by_backend: dict[str, int] = {}
         self._background: set[asyncio.Future[Any]] = set()
         self.stopped = asyncio.Event()
 
@@ -221,12 +224,12 @@ class WorkerEngine:
     # --- the poll loop ---------------------------------------------------------------------
     async def _poll_loop(self) -> None:
         empty_polls = 0
-        types = self.registry.task_types
         pausable = self.registry.pausable_map()
         while not self._stopping:
             free = self.settings.max_workers - len(self._running)
             claimed: list[models.Task] = []
-            if free > 0:
+            types = self.claimable_types()
+            if free > 0 and types:
                 self._wake.clear()
                 claimed = await self.db.call(
                     self.db.store.claim,
@@ -254,6 +257,14 @@ class WorkerEngine:
                 else self.settings.poll_interval
             )
             await self._wait_wake(interval)
+
+    def claimable_types(self) -> frozenset[str]:
+        """Task types with an executor here whose capability this node declares and whose
+        backends are not all at max_concurrent."""
+        if self.selector is None:
+            return self.registry.task_types
+        busy = self.selector.saturated_functions(self._active_by_backend)
+        return self.selector.claimable_types(self.registry.task_types, busy)
 
     async def _wait_wake(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -291,6 +302,7 @@ class WorkerEngine:
     async def _dispatch(self, running: _Running) -> None:
         task = running.task
         executor = self.registry.executor(task.type)
+        choice: BackendChoice | None = None
         ctx = TaskContext(
             task=task,
             control=running.control,
@@ -304,6 +316,7 @@ class WorkerEngine:
                     raise errors.PermanentError(f"no executor for task type {task.type} here")
                 if task.cancel_requested:
                     raise errors.TaskCancelled("cancelled by user")
+                choice = self._choose_backend(task, ctx)
                 existing = await executor.can_skip(task, ctx)
                 if existing is not None:
                     await self._complete(running, existing, "outputs already exist; skipped run")
@@ -317,13 +330,23 @@ class WorkerEngine:
                 raise _error_from_result(outcome)
             except errors.TaskError as exc:
                 await self._fail(running, executor, exc)
-            except asyncio.CancelledError:
+            except (asyncio.CancelledError, errors.BackendBusy):
                 raise
             except Exception as exc:
                 logger.exception("task %s raised", task.id, extra={"action": "task_exception"})
                 await self._fail(
                     running, executor, errors.TransientError(f"{type(exc).__name__}: {exc}")
                 )
+        except errors.BackendBusy as exc:
+            # claimed in a race with another task for the last backend slot: hand it back
+            await self.db.call(
+                self.db.store.release,
+                task.id,
+                task.attempt,
+                self.node_id,
+                self.clock.now(),
+                f"backend busy: {exc.message}",
+            )
         except errors.StaleAttempt as exc:
             logger.warning("dropping result: %s", exc, extra={"action": "fenced"})
         except Exception:
@@ -333,9 +356,24 @@ class WorkerEngine:
                 extra={"action": "report_failed"},
             )
         finally:
+            if choice is not None:
+                self._active_by_backend[choice.backend] -= 1
             self._progress.pop(task.id, None)
             self._running.pop(task.id, None)
             self._wake.set()
+
+    def _choose_backend(self, task: models.Task, ctx: TaskContext) -> BackendChoice | None:
+        """Pick and record the backend (seed 001 §2.7); counts it as active until the end."""
+        if self.selector is None:
+            return None
+        choice = self.selector.choose(task, self._active_by_backend, pending=0)
+        ctx.backend = choice.backend
+        ctx.backend_config = dict(choice.config)
+        if choice.model:
+            ctx.backend_config.setdefault("model", choice.model)
+        self._active_by_backend[choice.backend] = self._active_by_backend.get(choice.backend, 0) + 1
+        ctx.event("backend", f"{choice.backend} score={choice.score} ({choice.breakdown})")
+        return choice
 
     async def _complete(self, running: _Running, result: dict[str, Any], note: str | None) -> None:
         if running.lost:

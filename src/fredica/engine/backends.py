@@ -1,0 +1,165 @@
+"""Which tasks this node may claim and which backend runs each (seed 001 §2.7, §3.15).
+
+The node's declared capabilities (worker.yaml + auto-detection) and its hardware profile are
+computed once at start-up. The engine asks `claimable_types` for its claim filter, and `choose`
+for every claimed task: the best backend by effective score given the live per-backend load, so
+`max_concurrent` is respected locally. A task that no local backend can serve fails with a
+RESOURCE error, which excludes this node so another node takes it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fredica import config, errors
+from fredica.capabilities import catalog, declare, probes, scoring, task_types
+from fredica.domain import models
+
+logger = logging.getLogger(__name__)
+
+F = catalog.CapabilityFunction
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    backend: str
+    score: int
+    model: str | None
+    config: Mapping[str, Any]
+    breakdown: str
+
+
+@functools.cache
+def _probe(binaries: tuple[tuple[str, str], ...]) -> probes.ProbeReport:
+    # The machine does not change while the process runs: probe once per process.
+    return probes.run_probes(binary_paths=dict(binaries))
+
+
+@dataclass
+class BackendSelector:
+    capabilities: tuple[catalog.Capability, ...]
+    profile: scoring.NodeProfile
+    plugin_functions: dict[str, F | None] = field(default_factory=dict)
+    backend_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(
+        cls, cfg: config.WorkerConfig, plugin_functions: Mapping[str, F | None]
+    ) -> BackendSelector:
+        """Probe this machine (bounded, cached) and declare what the config allows."""
+        report = _probe(tuple(sorted(declare.binary_paths(cfg).items())))
+        declarations = declare.declare(cfg, report)
+        hardware = declare.resolve_hardware(cfg, report)
+        return cls(
+            declare.declared_capabilities(declarations),
+            declare.node_profile(cfg, hardware),
+            dict(plugin_functions),
+            _backend_configs(cfg),
+        )
+
+    def function_of(self, task_type: str, payload: Mapping[str, Any]) -> F | None:
+        return task_types.required_function(task_type, payload, self.plugin_functions)
+
+    def saturated_functions(self, active_by_backend: Mapping[str, int]) -> frozenset[F]:
+        """Functions whose every declared backend is at its max_concurrent right now."""
+        free: set[F] = set()
+        for cap in self.capabilities:
+            limit = cap.metadata.get("max_concurrent", "")
+            if not limit.isdigit() or active_by_backend.get(cap.backend, 0) < int(limit):
+                free.add(cap.function)
+        return frozenset({c.function for c in self.capabilities} - free)
+
+    def claimable_types(
+        self, executor_types: frozenset[str], busy: frozenset[F] = frozenset()
+    ) -> frozenset[str]:
+        """Types with an executor here whose capability function this node declares (and,
+        given `busy`, has a backend with a free slot)."""
+        functions = {c.function for c in self.capabilities} - busy
+        servable = task_types.servable_task_types(functions)
+        out = set()
+        for task_type in executor_types:
+            if task_type in self.plugin_functions:
+                needed = self.plugin_functions[task_type]
+                if needed is None or needed in functions:
+                    out.add(task_type)
+            elif task_type in servable:
+                out.add(task_type)
+        return frozenset(out)
+
+    def choose(
+        self, task: models.Task, active_by_backend: Mapping[str, int], pending: int
+    ) -> BackendChoice:
+        """The best backend for `task` now; ResourceError (with the reasons) if none fits."""
+        payload = task.payload
+        demand = scoring.TaskDemand(
+            task_type=task.type,
+            payload=payload,
+            cloud_preference=scoring.CloudPreference(task.cloud_preference.value),
+            quality=scoring.QualityContext(
+                task_override=_quality(payload.get("quality_mode")),
+                pipeline_mode=_quality(payload.get("pipeline_quality_mode")),
+                acknowledged=bool(payload.get("quality_tradeoff_acknowledged", False)),
+            ),
+            storage_preference=str(payload.get("storage_preference", "any")),
+        )
+        load = scoring.LoadInfo(pending_tasks=pending, active_by_backend=dict(active_by_backend))
+        evaluation = scoring.evaluate(
+            self.capabilities, demand, self.profile, load, self.plugin_functions
+        )
+        best = evaluation.best
+        if best is None:
+            reasons = "; ".join(r.reason for r in evaluation.rejected) or "no capability declared"
+            if evaluation.rejected and all(
+                "max_concurrent" in r.reason for r in evaluation.rejected
+            ):
+                raise errors.BackendBusy(f"{task.type}: {reasons}")
+            raise errors.ResourceError(
+                f"no backend on this node can serve {task.type}: {reasons}", hint="NO_BACKEND"
+            )
+        b = best.breakdown
+        breakdown = (
+            f"base {b.base:g} hardware {b.hardware:+g} cloud {b.cloud:+g} "
+            f"language {b.language:+g} network {b.network:+g} load {b.load:+g}"
+        )
+        return BackendChoice(
+            best.backend,
+            best.score,
+            best.model,
+            self.backend_configs.get(best.backend, {}),
+            breakdown,
+        )
+
+
+def _quality(value: object) -> scoring.QualityMode | None:
+    if value is None:
+        return None
+    try:
+        return scoring.QualityMode(str(value))
+    except ValueError:
+        return None
+
+
+def _backend_configs(cfg: config.WorkerConfig) -> dict[str, dict[str, Any]]:
+    """Each configured backend's settings (API keys included), for the executor that runs it.
+
+    Keys live only in this node's config: they are handed to the local executor through its
+    context and never written into a task or shared with peers (seed 001 §12.3)."""
+    out: dict[str, dict[str, Any]] = {}
+    caps = cfg.capabilities.model_dump()
+    for section in caps.values():
+        if not isinstance(section, dict):
+            continue
+        entries: list[Any] = list(section.get("providers") or [])
+        entries += [v for v in section.values() if isinstance(v, dict) and "backend" in v]
+        if "backend" in section:
+            entries.append(section)
+        for entry in entries:
+            if isinstance(entry, dict) and entry.get("backend"):
+                out.setdefault(str(entry["backend"]), {}).update(
+                    {k: v for k, v in entry.items() if v not in (None, "", [])}
+                )
+    return out
