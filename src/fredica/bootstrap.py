@@ -8,7 +8,7 @@ else `<data dir>/worker.yaml`, created with comments on first run.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fredica import config
@@ -51,7 +51,8 @@ def bootstrap(
         cfg_path.parent.mkdir(parents=True, exist_ok=True)
         config.write_default_config(cfg_path)
     cfg = config.ensure_node_identity(cfg_path)
-    return Bootstrap(settings_from_config(cfg, data, host, port), cfg, cfg_path)
+    settings = settings_from_config(cfg, data, host, port)
+    return Bootstrap(replace(settings, config_path=cfg_path), cfg, cfg_path)
 
 
 def settings_from_config(

@@ -63,9 +63,13 @@ def _die(message: str, code: int = 1) -> NoReturn:
 class Client:
     """A small synchronous client of a node's `/api/v1`."""
 
-    def __init__(self, base: str, timeout: float = 30.0) -> None:
+    def __init__(self, base: str, timeout: float = 30.0, token: str | None = None) -> None:
         self.base = base.rstrip("/")
-        self.http = httpx.Client(base_url=self.base, timeout=timeout, trust_env=False)
+        token = token or os.environ.get("FREDICA_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(
+            base_url=self.base, timeout=timeout, trust_env=False, headers=headers
+        )
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
@@ -74,13 +78,19 @@ class Client:
             _die(f"cannot reach a node at {self.base}; is `fredica serve` running?", 2)
         except httpx.TimeoutException:
             _die(f"the node at {self.base} did not answer in time", 2)
+        if response.status_code == 401:
+            _die(f"401: {_detail(response)} (set FREDICA_TOKEN to a publisher token)")
         if response.status_code >= 400:
-            try:
-                detail = response.json().get("error") or response.json().get("detail")
-            except ValueError:
-                detail = response.text
-            _die(f"{response.status_code}: {detail}")
+            _die(f"{response.status_code}: {_detail(response)}")
         return response.json()
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        return str(body.get("error") or body.get("detail"))
+    except ValueError:
+        return response.text
 
 
 # --- serve ------------------------------------------------------------------------------------
@@ -390,6 +400,56 @@ def demo(
     from fredica import demo as demo_mod
 
     raise typer.Exit(demo_mod.run_demo(console, data_dir=data_dir, node_url=node))
+
+
+token_app = typer.Typer(help="Publisher tokens for auth.mode: token.", no_args_is_help=True)
+app.add_typer(token_app, name="token")
+
+
+@token_app.command("create")
+def token_create(
+    name: Annotated[str, typer.Option(help="Who the token is for.")],
+    config: Annotated[Path | None, typer.Option(help="worker.yaml to add it to.")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Node data dir (finds worker.yaml).")
+    ] = None,
+    cloud: Annotated[bool, typer.Option("--cloud", help="Allow cloud backends.")] = False,
+    max_cost: Annotated[float | None, typer.Option(help="Max cloud cost per day (USD).")] = None,
+    max_tasks: Annotated[int | None, typer.Option(help="Max tasks per day.")] = None,
+    expires: Annotated[str | None, typer.Option(help="90d, 12h, 30m or an ISO date.")] = None,
+) -> None:
+    """Create a publisher token: prints it once and stores only its SHA-256 in worker.yaml."""
+    from datetime import UTC, datetime
+
+    from fredica import auth, bootstrap
+    from fredica import config as config_mod
+
+    path, _ = bootstrap.resolve_paths(config, data_dir)
+    if not path.exists():
+        _die(f"{path} does not exist; run `fredica serve` once or pass --config")
+    token_id, token = auth.new_token()
+    try:
+        expiry = auth.expiry_from_now(expires, datetime.now(UTC))
+        permissions: dict[str, Any] = {"allow_cloud": cloud}
+        if max_cost is not None:
+            permissions["max_cloud_cost_per_day_usd"] = max_cost
+        if max_tasks is not None:
+            permissions["max_tasks_per_day"] = max_tasks
+        entry: dict[str, Any] = {
+            "id": token_id,
+            "name": name,
+            "token_hash": auth.hash_token(token),
+            "expires_at": expiry.isoformat() if expiry else None,
+            "permissions": permissions,
+        }
+        config_mod.add_access_token(path, entry)
+    except errors.FredicaError as exc:
+        _die(exc.message)
+    console.print(f"Token ID   : {token_id}")
+    console.print(f"Token      : {token}   (shown only this once)")
+    console.print(f"Expires    : {expiry.date().isoformat() if expiry else 'never'}")
+    console.print(f"Permissions: {permissions}")
+    console.print(f"Stored as sha256 in {path}; requests need auth.mode: token to be checked.")
 
 
 def _mount_config_commands() -> None:

@@ -511,6 +511,25 @@ def write_runtime(path: Path, updates: Mapping[str, object]) -> None:
     _edit(path, edit)
 
 
+def add_access_token(path: Path, entry: Mapping[str, object]) -> None:
+    """Append a publisher token (already hashed) to `auth.access_tokens`, keeping comments.
+
+    The file is validated with the new entry before it is written, so a bad entry changes
+    nothing."""
+    yaml = _round_trip_yaml()
+    doc = yaml.load(_read_text(path)) or CommentedMap()
+    auth = _section(doc, "auth")
+    tokens = auth.get("access_tokens")
+    if tokens is None:
+        tokens = []
+        auth["access_tokens"] = tokens
+    tokens.append(dict(entry))
+    buf = StringIO()
+    yaml.dump(doc, buf)
+    parse_config(YAML(typ="safe").load(buf.getvalue()), str(path))
+    _atomic_write(path, buf.getvalue())
+
+
 # --- showing -----------------------------------------------------------------------------------
 
 SECRET_KEYS = frozenset(

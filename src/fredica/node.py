@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fredica import config, errors
+from fredica import auth, config, errors
 from fredica.capabilities import catalog
 from fredica.clock import Clock, SystemClock
 from fredica.domain import models
@@ -51,6 +51,7 @@ class NodeSettings:
     extra_task_types: frozenset[str] = frozenset()
     #: the node's worker.yaml (None: every default, as an empty file would give)
     config: config.WorkerConfig | None = None
+    config_path: Path | None = None
 
     def engine_settings(self) -> EngineSettings:
         return self.engine or EngineSettings(node_id=self.node_id, data_dir=self.data_dir)
@@ -103,6 +104,8 @@ class Node:
             self.clock,
             on_change=self.changes.notify,
         )
+        cfg = settings.config or config.parse_config({}, "defaults")
+        self.auth = auth.Authenticator(cfg.auth, self.clock, settings.config_path)
         self.previous_shutdown: ShutdownType = ShutdownType.FIRST_START
         self.recovery: RecoveryReport | None = None
         self.started_at: float | None = None
@@ -201,13 +204,25 @@ class Node:
         return self.registry.task_types | self.settings.extra_task_types
 
     async def create_pipeline(
-        self, request: PipelineRequest, publisher_id: str | None = None
+        self, request: PipelineRequest, publisher: auth.Publisher | None = None
     ) -> tuple[models.Pipeline, bool]:
         """Validate and create; returns (pipeline, deduplicated). Nothing is written on error."""
         template = self.registry.template(request.template)
+        publisher_id = publisher.token_id if publisher else None
         spec = template.build(
             request, BuildContext(self.known_task_types(), self.node_id, publisher_id)
         )
+        if publisher is not None:
+            recent = await self.db.call(
+                self.store.count_created_since, publisher.token_id, self.clock.now() - 86400
+            )
+            auth.check_create(
+                publisher,
+                request.template,
+                request.cloud_preference.value,
+                len(spec.tasks),
+                recent,
+            )
         pipeline, deduplicated = await self.db.call(
             self.store.create_pipeline, spec, self.clock.now()
         )
@@ -216,12 +231,14 @@ class Node:
             self.engine.wake()
         return pipeline, deduplicated
 
-    async def network_test(self, request: NetworkTestRequest) -> tuple[str, str]:
+    async def network_test(
+        self, request: NetworkTestRequest, publisher: auth.Publisher | None = None
+    ) -> tuple[str, str]:
         params: dict[str, Any] = {"timeout_ms": request.timeout_ms}
         if request.urls is not None:
             params["urls"] = request.urls
         pipeline, _ = await self.create_pipeline(
-            PipelineRequest(template="network_test", params=params)
+            PipelineRequest(template="network_test", params=params), publisher
         )
         tasks = await self.db.call(self.store.list_tasks, pipeline.id)
         task = next(t for t in tasks if t.type == network_test.TASK_TYPE)

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from fredica import __version__, errors
+from fredica import __version__, auth, errors
 from fredica.domain.models import TaskStatus
 from fredica.node import Node
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
@@ -104,6 +104,29 @@ def create_app(node: Node, *, manage_lifecycle: bool = True) -> FastAPI:
     async def on_invalid(_: Request, exc: errors.InvalidRequest) -> JSONResponse:
         return _error(422, exc.message)
 
+    @app.exception_handler(auth.Unauthorized)
+    async def on_unauthorized(_: Request, exc: auth.Unauthorized) -> JSONResponse:
+        response = _error(401, exc.message)
+        response.headers["WWW-Authenticate"] = "Bearer"
+        return response
+
+    @app.exception_handler(auth.Forbidden)
+    async def on_forbidden(_: Request, exc: auth.Forbidden) -> JSONResponse:
+        return _error(403, exc.message)
+
+    @app.middleware("http")
+    async def require_token(request: Request, call_next: Any) -> Any:
+        # token mode guards the user API; health, metrics and the static UI stay open
+        request.state.publisher = None
+        if request.url.path.startswith("/api/v1") and node.auth.enabled:
+            try:
+                request.state.publisher = node.auth.authenticate(
+                    request.headers.get("authorization"), request.query_params.get("token")
+                )
+            except auth.Unauthorized as exc:
+                return await on_unauthorized(request, exc)
+        return await call_next(request)
+
     @app.exception_handler(errors.StoreError)
     async def on_store(_: Request, exc: errors.StoreError) -> JSONResponse:
         return _error(503, exc.message)
@@ -126,8 +149,8 @@ def create_app(node: Node, *, manage_lifecycle: bool = True) -> FastAPI:
 
     # --- pipelines -------------------------------------------------------------------------
     @app.post("/api/v1/pipelines", status_code=201)
-    async def create_pipeline(body: PipelineRequest) -> JSONResponse:
-        pipeline, deduplicated = await node.create_pipeline(body)
+    async def create_pipeline(body: PipelineRequest, request: Request) -> JSONResponse:
+        pipeline, deduplicated = await node.create_pipeline(body, request.state.publisher)
         return JSONResponse(
             status_code=200 if deduplicated else 201,
             content={
@@ -210,7 +233,7 @@ def create_app(node: Node, *, manage_lifecycle: bool = True) -> FastAPI:
             body = NetworkTestRequest.model_validate(data)
         except Exception as exc:
             raise errors.InvalidRequest(str(exc).replace("\n", " ")) from exc
-        pipeline_id, task_id = await node.network_test(body)
+        pipeline_id, task_id = await node.network_test(body, request.state.publisher)
         return {"pipeline_id": pipeline_id, "task_id": task_id}
 
     @app.get("/api/v1/WorkerTaskListRoute")

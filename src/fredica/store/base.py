@@ -274,6 +274,10 @@ class TaskStore(ABC):
         """A task's events in order."""
 
     @abstractmethod
+    def count_created_since(self, publisher_id: str, since: float) -> int:
+        """Tasks a publisher created after `since` (daily quotas)."""
+
+    @abstractmethod
     def count_by_status(self) -> dict[str, int]:
         """How many tasks are in each status."""
 

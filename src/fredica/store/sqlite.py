@@ -845,6 +845,14 @@ class SQLiteTaskStore(TaskStore):
             )
         ]
 
+    def count_created_since(self, publisher_id: str, since: float) -> int:
+        """Tasks a publisher created after `since` (daily quotas)."""
+        row = self._conn.execute(
+            "SELECT COUNT(*) FROM task WHERE publisher_id = ? AND created_at > ?",
+            (publisher_id, since),
+        ).fetchone()
+        return int(row[0])
+
     def count_by_status(self) -> dict[str, int]:
         counts = {s.value: 0 for s in TaskStatus}
         for r in self._conn.execute("SELECT status, COUNT(*) AS n FROM task GROUP BY status"):

@@ -1,0 +1,98 @@
+"""auth.mode: token against a real node: Bearer tokens, hashes in worker.yaml, permissions."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+import sys
+
+import httpx
+
+from .conftest import FAST_CONFIG, ServedNode
+
+TASKS = {"template": "custom", "tasks": [{"ref": "a", "type": "TEST_SLEEP"}]}
+
+
+def create_token(served: ServedNode, *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "fredica", "token", "create", "--config", str(served.config), *args],
+        capture_output=True,
+        text=True,
+        env=served.env() | {"COLUMNS": "200"},
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    match = re.search(r"Token\s+:\s+(fredica_tok_\S+)", out.stdout)
+    assert match, out.stdout
+    return match.group(1)
+
+
+def test_token_mode(served: ServedNode) -> None:
+    served.config.write_text(FAST_CONFIG.format(grace=2) + "auth:\n  mode: token  # keep me\n")
+    alice = create_token(served, "--name", "Alice", "--max-tasks", "2")
+    text = served.config.read_text()
+    assert "keep me" in text and alice not in text  # only the hash is stored
+    assert "sha256:" + hashlib.sha256(alice.encode()).hexdigest() in text
+    served.start()
+    with httpx.Client(base_url=served.url, timeout=10, trust_env=False) as anon:
+        assert anon.get("/healthz").status_code == 200
+        r = anon.post("/api/v1/pipelines", json=TASKS)
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        r = anon.get("/api/v1/pipelines", headers={"Authorization": "Bearer nope"})
+        assert (r.status_code, r.json()["error"]) == (401, "unknown token")
+        r = anon.get("/api/v1/pipelines", headers={"Authorization": "Basic abc"})
+        assert r.status_code == 401 and "Bearer" in r.json()["error"]
+        assert anon.get("/api/v1/pipelines", params={"token": alice}).status_code == 200
+    with httpx.Client(
+        base_url=served.url,
+        timeout=10,
+        trust_env=False,
+        headers={"Authorization": f"Bearer {alice}"},
+    ) as client:
+        created = client.post("/api/v1/pipelines", json=TASKS)
+        assert created.status_code == 201
+        task_id = created.json()["tasks"]["a"]
+        token_id = client.get(f"/api/v1/tasks/{task_id}").json()["publisher_id"]
+        assert token_id.startswith("tok-")
+        assert client.post("/api/v1/pipelines", json=TASKS).status_code == 201
+        over = client.post("/api/v1/pipelines", json=TASKS)
+        assert over.status_code == 403 and "max_tasks_per_day 2" in over.json()["error"]
+        cloud = client.post("/api/v1/pipelines", json={**TASKS, "cloud_preference": "cloud_only"})
+        assert cloud.status_code == 403
+    # a token created while the node runs works at once; an expired one does not
+    bob = create_token(served, "--name", "Bob", "--cloud")
+    old = create_token(served, "--name", "Old", "--expires", "2020-01-01")
+    with httpx.Client(base_url=served.url, timeout=10, trust_env=False) as client:
+        ok = client.get("/api/v1/status", headers={"Authorization": f"Bearer {bob}"})
+        assert ok.status_code == 200
+        expired = client.get("/api/v1/status", headers={"Authorization": f"Bearer {old}"})
+        assert expired.status_code == 401 and "expired" in expired.json()["error"]
+    result = served.cli("status", check=False)
+    assert result.returncode == 1 and "FREDICA_TOKEN" in result.stderr
+
+
+def test_token_create_rejects_bad_expiry_and_changes_nothing(served: ServedNode) -> None:
+    served.config.write_text(FAST_CONFIG.format(grace=2))
+    before = served.config.read_text()
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fredica",
+            "token",
+            "create",
+            "--config",
+            str(served.config),
+            "--name",
+            "X",
+            "--expires",
+            "soon",
+        ],
+        capture_output=True,
+        text=True,
+        env=served.env(),
+        timeout=60,
+    )
+    assert out.returncode == 1 and "--expires" in out.stderr
+    assert served.config.read_text() == before
