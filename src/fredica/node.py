@@ -119,9 +119,14 @@ class Node:
         """Detect how the last run ended, recover, register this node, start the engine."""
         warn_if_network_fs(self.settings.data_dir)
         cfg = self.settings.config or config.parse_config({}, "defaults")
-        self.engine.selector = await asyncio.to_thread(
+        selector = await asyncio.to_thread(
             BackendSelector.from_config, cfg, self._plugin_functions()
         )
+        self.engine.selector = selector
+        updates = selector.runtime_cache_updates(cfg)
+        if updates and self.settings.config_path is not None:
+            # cache the hardware scores in worker.yaml `_runtime` (comments survive)
+            await asyncio.to_thread(config.write_runtime, self.settings.config_path, updates)
         now = self.clock.now()
         last = await self.db.call(self.store.get_config, KEY_LAST_SHUTDOWN)
         if last is None:

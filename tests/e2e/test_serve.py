@@ -162,3 +162,18 @@ def test_invalid_worker_yaml_refuses_to_start(served: ServedNode) -> None:
     )
     assert result.returncode != 0
     assert "node.max_workers" in result.stderr and "worker.yaml" in result.stderr
+
+
+def test_first_start_writes_identity_and_hardware_cache_keeping_comments(
+    served: ServedNode,
+) -> None:
+    served.config.write_text("# my node\n" + served.config.read_text())
+    served.start()
+    served.terminate()
+    text = served.config.read_text()
+    from fredica import config
+
+    cfg = config.load_config(served.config)
+    assert cfg.node.id.startswith("node-") and cfg.node.hostname
+    assert cfg.runtime.cpu_score_cached is not None  # seed 001 §2.7.1 cache
+    assert "# test node: short timings" in text and text.startswith("# my node")

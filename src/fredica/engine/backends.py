@@ -45,6 +45,7 @@ class BackendSelector:
     profile: scoring.NodeProfile
     plugin_functions: dict[str, F | None] = field(default_factory=dict)
     backend_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    hardware: declare.HardwareScores | None = None
 
     @classmethod
     def from_config(
@@ -59,7 +60,15 @@ class BackendSelector:
             declare.node_profile(cfg, hardware),
             dict(plugin_functions),
             _backend_configs(cfg),
+            hardware,
         )
+
+    def runtime_cache_updates(self, cfg: config.WorkerConfig) -> dict[str, object]:
+        """`_runtime` values that differ from the file's (seed 001 §2.7.1 score cache)."""
+        if self.hardware is None:
+            return {}
+        current = cfg.runtime.model_dump()
+        return {k: v for k, v in self.hardware.runtime_updates().items() if current.get(k) != v}
 
     def function_of(self, task_type: str, payload: Mapping[str, Any]) -> F | None:
         return task_types.required_function(task_type, payload, self.plugin_functions)
