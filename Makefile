@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-fast lint format bench clean
+.PHONY: venv system-deps demo test test-fast lint format bench screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,10 +15,14 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Debian packages the tests need (Chromium and fonts for the browser tests); idempotent.
+system-deps:
+	bash scripts/install-browser-deps.sh
+
 demo: $(STAMP)
 	$(BIN)/fredica demo
 
-test: $(STAMP)
+test: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)
@@ -35,6 +39,10 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# Refresh the README's screenshots from a run of the browser tests.
+screenshots: $(STAMP) system-deps
+	FREDICA_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/e2e/test_web.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -126,7 +126,14 @@ def serve(
         f"config: {boot.config_path})"
     )
     grace = settings.engine_settings().shutdown_grace
-    server = uvicorn.Server(
+
+    class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # uvicorn waits for open responses before the app's shutdown; end event streams
+            node.request_shutdown()
+            super().handle_exit(sig, frame)
+
+    server = _Server(
         uvicorn.Config(
             create_app(node),
             host=settings.host,

@@ -64,6 +64,12 @@ class ChangeFeed:
         self.version = 0
         self._event = asyncio.Event()
         self.last_pipeline: str = ""
+        #: set when the node is shutting down: long-lived readers (event streams) end
+        self.closed = asyncio.Event()
+
+    def close(self) -> None:
+        self.closed.set()
+        self._event.set()
 
     def notify(self, pipeline_id: str) -> None:
         self.version += 1
@@ -109,6 +115,7 @@ class Node:
         self.previous_shutdown: ShutdownType = ShutdownType.FIRST_START
         self.recovery: RecoveryReport | None = None
         self.started_at: float | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def node_id(self) -> str:
@@ -117,6 +124,7 @@ class Node:
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         """Detect how the last run ended, recover, register this node, start the engine."""
+        self._loop = asyncio.get_running_loop()
         warn_if_network_fs(self.settings.data_dir)
         cfg = self.settings.config or config.parse_config({}, "defaults")
         selector = await asyncio.to_thread(
@@ -195,8 +203,15 @@ class Node:
             for c in caps
         ]
 
+    def request_shutdown(self) -> None:
+        """The server is about to stop (safe from a signal handler or another thread): end
+        long-lived responses now, or the server would wait for them before shutting down."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self.changes.close)
+
     async def stop(self, grace: float | None = None) -> None:
         """Graceful stop: finish or release running work, then record a CLEAN shutdown."""
+        self.changes.close()
         await self.engine.stop(grace)
         await self.db.call(
             self.store.set_config, KEY_LAST_SHUTDOWN, ShutdownType.CLEAN.value, self.clock.now()

@@ -44,6 +44,7 @@ def test_token_mode(served: ServedNode) -> None:
         r = anon.get("/api/v1/pipelines", headers={"Authorization": "Basic abc"})
         assert r.status_code == 401 and "Bearer" in r.json()["error"]
         assert anon.get("/api/v1/pipelines", params={"token": alice}).status_code == 200
+        assert anon.get("/files/results/x/y.txt").status_code == 401  # result files too
     with httpx.Client(
         base_url=served.url,
         timeout=10,

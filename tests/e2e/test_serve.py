@@ -60,7 +60,8 @@ def test_network_test_route_with_curl(served: ServedNode) -> None:
     assert refused["status"] == "error" and refused["latency_ms"] is None
     assert [t["id"] for t in listed] == [ids["task_id"]]
     events = [e["event_type"] for e in task["events"]]
-    assert events == ["created", "claimed", "running", "completed"]
+    assert events == ["created", "claimed", "running", "backend", "completed"]
+    assert task["backend"] == "builtin"  # NETWORK_TEST needs no capability
 
 
 def test_kill_9_mid_task_then_restart_recovers(served: ServedNode) -> None:

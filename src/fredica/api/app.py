@@ -116,9 +116,10 @@ def create_app(node: Node, *, manage_lifecycle: bool = True) -> FastAPI:
 
     @app.middleware("http")
     async def require_token(request: Request, call_next: Any) -> Any:
-        # token mode guards the user API; health, metrics and the static UI stay open
+        # token mode guards the user API and result files; health, metrics and the static UI
+        # stay open. Browsers cannot set headers on EventSource or downloads: ?token= works too.
         request.state.publisher = None
-        if request.url.path.startswith("/api/v1") and node.auth.enabled:
+        if request.url.path.startswith(("/api/v1", "/files/")) and node.auth.enabled:
             try:
                 request.state.publisher = node.auth.authenticate(
                     request.headers.get("authorization"), request.query_params.get("token")
@@ -264,4 +265,7 @@ def create_app(node: Node, *, manage_lifecycle: bool = True) -> FastAPI:
         version = await node.changes.wait(after, timeout)
         return {"version": version}
 
+    from fredica.web import routes as web_routes  # the UI sits above the API
+
+    web_routes.mount(app, node)
     return app

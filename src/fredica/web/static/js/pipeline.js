@@ -1,0 +1,313 @@
+// Pipeline detail /pipelines/{id}: the DAG, and for the chosen task its timeline, result,
+// error and output files. Updated live from server-sent events.
+
+import { del, get, withToken } from "./api.js";
+import { t, typeName } from "./i18n.js";
+import { onLive } from "./live.js";
+import { drawDag } from "./dag.js";
+import {
+  PIPELINE_TERMINAL,
+  clear,
+  displayStatus,
+  formatBytes,
+  formatDateTime,
+  formatTime,
+  h,
+  middleEllipsis,
+  prettyJson,
+  put,
+  shortId,
+  statusBadge,
+  toast,
+  typeIcon,
+} from "./dom.js";
+import { actionButtons, progressBar, updateActions, updateProgress } from "./tasks.js";
+
+const DETAIL_REFRESH_MS = 400; // the chosen task's timeline is re-read at most this often
+
+export function renderPipeline(app, pipelineId) {
+  const view = {
+    pipeline: null,
+    tasks: new Map(),
+    order: [],
+    refs: new Map(), // task id -> the ref a custom pipeline gave it
+    selected: null,
+    detailSeq: -1,
+  };
+  let detailTimer = null;
+  let closed = false;
+
+  const title = h("h1", {}, `${t("pipeline.title")} ${shortId(pipelineId)}`);
+  const status = h("span", { class: "pipeline-status" });
+  const meta = h("div", { class: "pipeline-meta muted" });
+  const cancelButton = h(
+    "button",
+    { type: "button", class: "btn btn-danger", id: "cancel-pipeline", hidden: true },
+    t("pipeline.cancel"),
+  );
+  cancelButton.addEventListener("click", async () => {
+    if (!confirm(t("pipeline.cancel_confirm"))) return;
+    cancelButton.disabled = true;
+    try {
+      view.pipeline = await del(`/api/v1/pipelines/${pipelineId}`);
+      toast(t("pipeline.cancelled"));
+      renderHead();
+    } catch (err) {
+      toast(err.message, "error");
+    } finally {
+      cancelButton.disabled = false;
+    }
+  });
+  const dagBox = h("div", { class: "dag-wrap" }, h("p", { class: "muted" }, t("common.loading")));
+  const detail = h(
+    "div",
+    { class: "task-detail" },
+    h("p", { class: "muted" }, t("task.select_hint")),
+  );
+
+  app.append(
+    h(
+      "section",
+      { class: "page page-pipeline", dataset: { pipelineId } },
+      h("a", { href: "/processing", "data-link": true, class: "back" }, t("pipeline.back")),
+      h("div", { class: "page-head" }, title, status, h("div", { class: "spacer" }), cancelButton),
+      meta,
+      h(
+        "section",
+        { class: "card" },
+        h("div", { class: "card-head" }, h("h2", {}, t("pipeline.dag")), legend()),
+        dagBox,
+      ),
+      h(
+        "section",
+        { class: "card" },
+        h("div", { class: "card-head" }, h("h2", {}, t("task.detail"))),
+        detail,
+      ),
+    ),
+  );
+
+  function renderHead() {
+    const p = view.pipeline;
+    if (!p) return;
+    clear(status).append(statusBadge(p.status));
+    status.dataset.status = p.status;
+    meta.textContent = [
+      p.template,
+      middleEllipsis(p.material_id, 48),
+      t("pipeline.tasks_done", { done: p.done_tasks, total: p.total_tasks }),
+      formatDateTime(p.created_at),
+    ].join(" · ");
+    cancelButton.hidden = PIPELINE_TERMINAL.has(p.status) || p.status === "cancelling";
+  }
+
+  function renderDag() {
+    const tasks = view.order.map((id) => view.tasks.get(id)).filter(Boolean);
+    if (!tasks.length) return;
+    drawDag(dagBox, tasks, { selected: view.selected, onSelect: select, refs: view.refs });
+  }
+
+  function select(taskId) {
+    view.selected = taskId;
+    view.detailSeq = -1;
+    renderDag();
+    loadDetail();
+  }
+
+  function scheduleDetail() {
+    if (detailTimer) return;
+    detailTimer = setTimeout(() => {
+      detailTimer = null;
+      loadDetail();
+    }, DETAIL_REFRESH_MS);
+  }
+
+  async function loadDetail() {
+    const id = view.selected;
+    if (!id) return;
+    try {
+      const [task, files] = await Promise.all([
+        get(`/api/v1/tasks/${id}`),
+        get(`/api/v1/tasks/${id}/files`),
+      ]);
+      if (closed || id !== view.selected) return;
+      view.detailSeq = task.change_seq;
+      renderDetail(task, files.files);
+    } catch (err) {
+      toast(err.message, "error");
+    }
+  }
+
+  function renderDetail(task, files) {
+    let head = detail.querySelector(".detail-head");
+    if (!head || head.dataset.taskId !== task.id) {
+      clear(detail);
+      head = h("div", { class: "detail-head", dataset: { taskId: task.id } });
+      head._progress = progressBar(task);
+      head._actions = actionButtons(task, () => scheduleDetail());
+      put(
+        head,
+        h("span", { class: "type-icon" }, typeIcon(task.type)),
+        h("strong", {}, typeName(task.type)),
+        typeName(task.type) !== task.type ? h("code", { class: "muted" }, task.type) : null,
+        view.refs.get(task.id) ? h("span", { class: "tag" }, view.refs.get(task.id)) : null,
+        h("span", { class: "detail-status" }),
+        head._progress,
+        h("span", { class: "spacer" }),
+        head._actions,
+      );
+      detail.append(head, h("div", { class: "detail-body" }));
+    }
+    clear(head.querySelector(".detail-status")).append(statusBadge(displayStatus(task)));
+    updateProgress(head._progress, task);
+    updateActions(head._actions, task);
+
+    const body = clear(detail.querySelector(".detail-body"));
+    const field = (label, value) => [h("dt", {}, label), h("dd", {}, value ?? "—")];
+    body.append(
+      h(
+        "dl",
+        { class: "fields" },
+        ...field(t("task.id"), h("code", {}, task.id)),
+        ...field(t("col.node"), task.claimed_by),
+        ...field(t("task.attempt"), String(task.attempt)),
+        ...field(t("task.retries"), `${task.retry_count}/${task.max_retries}`),
+        ...field(t("task.backend"), task.backend),
+        ...field(t("col.created"), formatDateTime(task.created_at)),
+      ),
+    );
+
+    const timeline = h("ol", { class: "timeline" });
+    for (const event of task.events || []) {
+      timeline.append(
+        h(
+          "li",
+          { dataset: { event: event.event_type } },
+          h("time", {}, formatTime(event.occurred_at)),
+          h("span", { class: `event event-${event.event_type}` }, event.event_type),
+          h("span", { class: "muted" }, event.node_id === task.claimed_by ? "" : event.node_id),
+          h("span", { class: "event-msg" }, event.message || ""),
+        ),
+      );
+    }
+    if (!timeline.children.length)
+      timeline.append(h("li", { class: "muted" }, t("task.no_events")));
+    body.append(h("h3", {}, t("task.timeline")), timeline);
+
+    if (task.error) {
+      body.append(
+        h(
+          "h3",
+          {},
+          t("task.error"),
+          task.error_type ? h("code", { class: "err-type" }, task.error_type) : null,
+        ),
+        h("pre", { class: "json error-view" }, task.error),
+      );
+    }
+    if (task.result) {
+      body.append(
+        h("h3", {}, t("task.result")),
+        h("pre", { class: "json result-view" }, prettyJson(task.result)),
+      );
+    }
+    const fileList = h("ul", { class: "files" });
+    for (const file of files) {
+      fileList.append(
+        h(
+          "li",
+          {},
+          h(
+            "a",
+            { href: withToken(file.url), download: file.name.split("/").pop() },
+            `⬇ ${file.name}`,
+          ),
+          h("span", { class: "muted" }, ` ${formatBytes(file.size)}`),
+        ),
+      );
+    }
+    if (!files.length) fileList.append(h("li", { class: "muted" }, t("task.no_files")));
+    body.append(h("h3", {}, t("task.files")), fileList);
+    body.append(
+      h(
+        "details",
+        { class: "payload" },
+        h("summary", {}, t("task.payload")),
+        h("pre", { class: "json" }, prettyJson(task.payload)),
+      ),
+    );
+  }
+
+  async function load() {
+    try {
+      const data = await get(`/api/v1/pipelines/${pipelineId}`);
+      if (closed) return;
+      const { tasks, ...pipeline } = data;
+      view.pipeline = pipeline;
+      view.refs = new Map(
+        Object.entries((pipeline.params && pipeline.params.refs) || {}).map(([ref, id]) => [
+          id,
+          ref,
+        ]),
+      );
+      view.tasks = new Map(tasks.map((task) => [task.id, task]));
+      view.order = tasks.map((task) => task.id);
+      renderHead();
+      if (!view.selected || !view.tasks.has(view.selected)) {
+        const running = tasks.find((task) => task.status === "running");
+        view.selected = (running || tasks[0] || {}).id || null;
+      }
+      renderDag();
+      loadDetail();
+    } catch (err) {
+      clear(dagBox).append(
+        h(
+          "p",
+          { class: "dialog-error" },
+          err.status === 404 ? t("pipeline.not_found") : err.message,
+        ),
+      );
+    }
+  }
+
+  const off = onLive(({ type, data }) => {
+    if (type === "snapshot") {
+      load();
+      return;
+    }
+    if (type !== "change") return;
+    let dagChanged = false;
+    for (const task of data.tasks) {
+      if (task.pipeline_id !== pipelineId) continue;
+      const known = view.tasks.get(task.id);
+      if (known && known.change_seq > task.change_seq) continue;
+      if (!known) view.order.push(task.id); // spawned by a completion
+      view.tasks.set(task.id, { ...known, ...task });
+      dagChanged = true;
+      if (task.id === view.selected && task.change_seq !== view.detailSeq) scheduleDetail();
+    }
+    for (const p of data.pipelines) {
+      if (p.id === pipelineId && (!view.pipeline || view.pipeline.change_seq <= p.change_seq)) {
+        view.pipeline = { ...view.pipeline, ...p, params: view.pipeline?.params };
+        renderHead();
+      }
+    }
+    if (dagChanged) renderDag();
+  });
+
+  load();
+  return () => {
+    closed = true;
+    off();
+    clearTimeout(detailTimer);
+  };
+}
+
+function legend() {
+  const items = ["waiting", "running", "paused", "completed", "failed", "cancelled", "skipped"];
+  return h(
+    "div",
+    { class: "legend" },
+    ...items.map((s) => h("span", { class: `legend-item st-${s}` }, h("i", {}), t(`status.${s}`))),
+  );
+}
