@@ -397,16 +397,39 @@ def network_test_cmd(
 @app.command()
 def demo(
     data_dir: Annotated[
-        Path | None, typer.Option(help="Where the demo node keeps its state.")
+        Path | None, typer.Option(help="Where a node started for the demo keeps its state.")
     ] = None,
-    node: Annotated[
-        str | None, typer.Option("--node", help="Use this running node instead.")
-    ] = None,
+    node: Annotated[str | None, typer.Option("--node", help="Use this running node.")] = None,
+    engine: Annotated[
+        bool, typer.Option("--engine", help="The engine demo (NETWORK_TEST DAG, pause/resume).")
+    ] = False,
 ) -> None:
-    """Run the engine demo: a DAG of NETWORK_TEST tasks with a live view, pause and resume."""
-    from fredica import demo as demo_mod
+    """Generate a short talking video and run the real media pipeline on it: transcript,
+    analysis and subtitles (`--engine`: the task-engine demo instead)."""
+    if engine:
+        from fredica import demo as demo_mod
 
-    raise typer.Exit(demo_mod.run_demo(console, data_dir=data_dir, node_url=node))
+        raise typer.Exit(demo_mod.run_demo(console, data_dir=data_dir, node_url=node))
+    from fredica import demo_media
+
+    raise typer.Exit(demo_media.run_media_demo(console, data_dir, node))
+
+
+@app.command()
+def process(
+    source: Annotated[str, typer.Argument(help="A media file (audio or video) or an URL.")],
+    template: Annotated[
+        str, typer.Option(help="full_process, transcribe_long, transcribe_short, ...")
+    ] = "full_process",
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Where a node started for the job keeps its state.")
+    ] = None,
+    node: Annotated[str | None, typer.Option("--node", help="Use this running node.")] = None,
+) -> None:
+    """Process your own media: download if needed, transcribe, analyse; prints the transcript."""
+    from fredica import demo_media
+
+    raise typer.Exit(demo_media.run_process_command(console, source, data_dir, node, template))
 
 
 token_app = typer.Typer(help="Publisher tokens for auth.mode: token.", no_args_is_help=True)

@@ -40,6 +40,10 @@ class InvalidRequest(FredicaError):
     """The request is invalid."""
 
 
+class Conflict(FredicaError):
+    """The request conflicts with active work."""
+
+
 class BackendBusy(FredicaError):
     """Every backend that could run the task is at its max_concurrent; try again later."""
 

@@ -473,19 +473,49 @@ async def test_backend_is_chosen_recorded_and_max_concurrent_respected(tmp_path:
         )
         p = await wait_for(lambda: pipeline_done(n, pid))
         assert p.status is PipelineStatus.COMPLETED
-        a0, a1 = [await task(n, refs[r]) for r in ("a0", "a1")]
-        for t in (a0, a1):
-            assert t.backend == "deepseek-api"
-            assert t.result["backend"] == "deepseek-api" and t.result["has_key"] is True
+        runs = [await task(n, refs[r]) for r in ("a0", "a1")]
+        for t in runs:
+            assert t.result["backend"] == t.backend
             assert "sk-test" not in json.dumps(t.payload)  # the key never enters the task
-        # max_concurrent 1 for this provider: the two calls did not overlap
-        first, second = sorted((a0.result, a1.result), key=lambda r: r["started"])
-        assert second["started"] >= first["ended"]
-        events = await n.db.call(n.store.task_events, a0.id)
+        # max_concurrent 1 for the provider: while one call runs there, the other task takes
+        # the next best free backend (the built-in extractive one) instead of a second call
+        by_backend = {t.backend: t for t in runs}
+        assert set(by_backend) == {"deepseek-api", "local-extractive"}
+        assert by_backend["deepseek-api"].result["has_key"] is True
+        assert by_backend["local-extractive"].result["has_key"] is False
+        events = await n.db.call(n.store.task_events, by_backend["deepseek-api"].id)
         backend_events = [e.message for e in events if e.event_type == "backend"]
-        assert backend_events and backend_events[0].startswith("deepseek-api score=")
+        assert backend_events and backend_events[0].startswith("deepseek-api score=75")
     finally:
         await n.stop()
+
+
+async def test_a_saturated_backend_is_not_called_twice(tmp_path: Path) -> None:
+    cfg = {"capabilities": {"ai_analyze": {"enabled": True, "providers": [
+        {"backend": "deepseek-api", "api_key": "sk-test", "model": "deepseek-v3",
+         "score": 75, "max_concurrent": 1}]}}}  # fmt: skip
+    n = Node(settings_with_config(tmp_path, cfg))
+    await n.start()
+    try:
+        # without the built-in fallback (disabled by hiding it), the second task must wait
+        n.engine.selector = only_backends(n.engine.selector, {"deepseek-api"})
+        pid, refs = await create(n, [{"ref": f"a{i}", "type": "TEST_ANALYZE",
+                                      "payload": {"seconds": 0.3}} for i in range(2)])  # fmt: skip
+        await wait_for(lambda: pipeline_done(n, pid))
+        a0, a1 = [await task(n, refs[r]) for r in ("a0", "a1")]
+        assert a0.backend == a1.backend == "deepseek-api"
+        first, second = sorted((a0.result, a1.result), key=lambda r: r["started"])
+        assert second["started"] >= first["ended"]  # the two calls did not overlap
+    finally:
+        await n.stop()
+
+
+def only_backends(selector, names):
+    from dataclasses import replace as dc_replace
+
+    return dc_replace(selector, capabilities=tuple(
+        c for c in selector.capabilities if c.function.value != "AI_ANALYZE" or c.backend in names
+    ))  # fmt: skip
 
 
 async def test_a_node_claims_only_what_it_can_serve(tmp_path: Path) -> None:
@@ -517,7 +547,7 @@ async def test_a_task_that_finds_its_backend_busy_is_released_not_failed(tmp_pat
     try:
         # occupy the only deepseek-api slot behind the claim filter's back (a lost race)
         n.engine._active_by_backend["deepseek-api"] = 1
-        n.engine.selector = replace_busy_filter(n.engine.selector)
+        n.engine.selector = replace_busy_filter(only_backends(n.engine.selector, {"deepseek-api"}))
         pid, refs = await create(n, [{"ref": "a", "type": "TEST_ANALYZE"}])
         await wait_for(
             lambda: _with(

@@ -296,6 +296,17 @@ def test_idempotency_dedupes_active_tasks_only(store: SQLiteTaskStore) -> None:
         )
 
 
+def test_a_new_pipeline_never_adopts_another_pipelines_active_task(
+    store: SQLiteTaskStore,
+) -> None:
+    store.create_pipeline(NewPipeline("a", "mat", (NewTask("T", idempotency_key="k"),)), 100.0)
+    with pytest.raises(errors.Conflict, match="already does this work"):
+        store.create_pipeline(
+            NewPipeline("b", "mat", (NewTask("U"), NewTask("T", idempotency_key="k"))), 100.5
+        )
+    assert len(store.list_pipelines()) == 1 and len(store.list_tasks()) == 1  # nothing written
+
+
 def test_active_pipeline_dedupe_by_material_and_template(store: SQLiteTaskStore) -> None:
     a, dedup_a = store.create_pipeline(NewPipeline("custom", "mat", (NewTask("T"),)), 100.0)
     b, dedup_b = store.create_pipeline(NewPipeline("custom", "mat", (NewTask("T"),)), 100.1)

@@ -140,8 +140,9 @@ def test_the_seventeen_functions() -> None:
 def test_every_seed_backend_is_in_the_catalog(function: F) -> None:
     names = set(catalog.backend_names(function))
     assert SEED_BACKENDS[function] <= names
-    # our only addition is bilibili via yt-dlp (the Python node has no fredica-pyutil bundle)
-    assert names - SEED_BACKENDS[function] <= {"bilibili-ytdlp"}
+    # our additions: bilibili via yt-dlp (the Python node has no fredica-pyutil bundle) and the
+    # built-in extractive analysis (a default pipeline must finish offline)
+    assert names - SEED_BACKENDS[function] <= {"bilibili-ytdlp", "local-extractive"}
 
 
 def test_scores_and_defaults_are_sane() -> None:

@@ -100,6 +100,10 @@ def create_app(node: Node, *, manage_lifecycle: bool = True) -> FastAPI:
     async def on_conflict(_: Request, exc: errors.IllegalTransition) -> JSONResponse:
         return _error(409, exc.message)
 
+    @app.exception_handler(errors.Conflict)
+    async def on_conflict_work(_: Request, exc: errors.Conflict) -> JSONResponse:
+        return _error(409, exc.message)
+
     @app.exception_handler(errors.InvalidRequest)
     async def on_invalid(_: Request, exc: errors.InvalidRequest) -> JSONResponse:
         return _error(422, exc.message)

@@ -264,6 +264,9 @@ BACKENDS: tuple[BackendSpec, ...] = (
     _row("openai-compatible", F.AI_ANALYZE, CL, 60, 80, provider="openai-compatible",
          cost_unit="1k_tokens"),
     _row("ollama", F.AI_ANALYZE, C, 20, 40, 30, needs="ollama with models"),
+    # Not in the seed: fredica's built-in extractive summary/keywords, so a default pipeline
+    # finishes offline; the lowest score, so any configured LLM is preferred.
+    _row("local-extractive", F.AI_ANALYZE, C, 10, 10, needs="nothing (built in)"),
     # §3.4 FFMPEG.
     _row("ffmpeg-nvenc", F.FFMPEG, G, 90, 90, needs="ffmpeg with h264_nvenc + NVIDIA GPU"),
     _row("ffmpeg-videotoolbox", F.FFMPEG, G, 85, 85, needs="ffmpeg with h264_videotoolbox"),

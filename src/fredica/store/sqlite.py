@@ -140,7 +140,16 @@ class SQLiteTaskStore(TaskStore):
                 ),
             )
             for task_spec in spec.tasks:
-                tx.insert_task(task_spec, pipeline_id, spec.material_id, self.node_id)
+                task_id, inserted = tx.insert_task(
+                    task_spec, pipeline_id, spec.material_id, self.node_id
+                )
+                if not inserted:
+                    # Reusing another pipeline's active task would leave this pipeline's
+                    # routing hooks unfired (they run for the task's own pipeline): refuse.
+                    raise errors.Conflict(
+                        f"an active {task_spec.type} task ({task_id}) already does this work "
+                        f"for material {spec.material_id}; wait for it or cancel it"
+                    )
             tx.touch_pipeline(pipeline_id)
         pipeline = self.get_pipeline(pipeline_id)
         return pipeline, False

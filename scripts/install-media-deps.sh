@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Debian packages the media features and tests use, installed idempotently and quietly:
+#   espeak-ng: offline speech synthesis for the media demo and the tests' sample speech (the
+#              demo falls back to a shipped sample without it; the tests require it);
+#   curl, aria2: the http-curl / http-aria2c download backends (detected at start-up).
+# Python packages (faster-whisper, the packaged models, imageio-ffmpeg with its ffmpeg binary,
+# yt-dlp) come from pyproject.toml. A Debian or GPU ffmpeg on PATH is preferred when present.
+set -euo pipefail
+
+APT_PACKAGES=(espeak-ng curl aria2)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+command -v espeak-ng >/dev/null || { echo "espeak-ng still missing" >&2; exit 1; }

@@ -1,0 +1,132 @@
+"""HTTP failures classified into task errors (seed 001 §7.6), shared by downloads and AI APIs.
+
+| what happened                        | class        |
+|--------------------------------------|--------------|
+| connection refused, DNS, reset       | TRANSIENT    |
+| timeout                              | TRANSIENT    |
+| 5xx (and Anthropic's 529 overloaded) | TRANSIENT    |
+| 429                                  | RATE_LIMITED (Retry-After honoured) |
+| 400 / 401 / 403 / 404 / 410 / 422    | PERMANENT    |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import time
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import httpx
+
+from fredica import errors
+from fredica.executors.context import TaskContext
+
+T = TypeVar("T")
+DEFAULT_RETRY_AFTER = 30.0  # seconds, when a 429 names no delay
+_REASONS = {
+    400: "bad request",
+    401: "unauthorized (is the API key valid?)",
+    403: "forbidden",
+    404: "not found",
+    410: "gone",
+    422: "unprocessable request",
+}
+
+
+def host_of(url: str) -> str:
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.hostname or url}{port}"
+
+
+def retry_after_seconds(value: str | None) -> float:
+    """A Retry-After header (seconds or an HTTP date) in seconds from now."""
+    if not value:
+        return DEFAULT_RETRY_AFTER
+    value = value.strip()
+    try:
+        return max(1.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return DEFAULT_RETRY_AFTER
+    return max(1.0, when.timestamp() - time.time())
+
+
+def error_text(response: httpx.Response) -> str:
+    """The provider's own error message from a JSON or text body (shortened)."""
+    try:
+        body: Any = response.json()
+    except httpx.ResponseNotRead:
+        return ""
+    except ValueError:
+        return response.text.strip()[:300]
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:300]
+        if isinstance(err, str):
+            return err[:300]
+        if body.get("message"):
+            return str(body["message"])[:300]
+    return str(body)[:300]
+
+
+def for_status(response: httpx.Response, what: str, provider: str = "") -> errors.TaskError:
+    """The task error for a non-success response."""
+    status = response.status_code
+    detail = error_text(response)
+    reason = _REASONS.get(status, response.reason_phrase or "")
+    message = f"{what}: HTTP {status} {reason}".rstrip() + (f": {detail}" if detail else "")
+    if status == 429:
+        return errors.RateLimitedError(
+            message,
+            provider=provider,
+            retry_after_sec=retry_after_seconds(response.headers.get("retry-after")),
+        )
+    if status >= 500 or status in (408, 425):
+        return errors.TransientError(message)
+    return errors.PermanentError(message)
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The OS-level reason under httpx's wrapper ("All connection attempts failed" hides it)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(seen, OSError) and seen.strerror:
+            return str(seen.strerror).lower()
+        seen = seen.__cause__ or seen.__context__
+    return str(exc) or type(exc).__name__
+
+
+def for_transport(exc: httpx.HTTPError, url: str, what: str) -> errors.TaskError:
+    """The task error for a request that got no response."""
+    host = host_of(url)
+    if isinstance(exc, httpx.TimeoutException):
+        return errors.TransientError(f"{what}: timed out talking to {host}")
+    if isinstance(exc, httpx.ConnectError):
+        return errors.TransientError(f"{what}: cannot connect to {host}: {_root_cause(exc)}")
+    if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
+        return errors.PermanentError(f"{what}: unsupported URL {url}: {exc}")
+    return errors.TransientError(f"{what}: {type(exc).__name__} from {host}: {exc}")
+
+
+async def cancellable(ctx: TaskContext, work: Awaitable[T]) -> T:
+    """Await `work`, abandoning it as soon as the task is cancelled (a slow API call must not
+    hold a cancelled task)."""
+    job = asyncio.ensure_future(work)
+    stop = asyncio.ensure_future(ctx.control.wait_cancelled())
+    try:
+        await asyncio.wait({job, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if not job.done():
+        job.cancel()
+        raise errors.TaskCancelled(ctx.control.cancel_reason)
+    return job.result()

