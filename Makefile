@@ -40,6 +40,8 @@ format: $(STAMP)
 	$(BIN)/ruff format src tests
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	bash bench/setup.sh
 	$(BIN)/python -m bench
 
 # Refresh the README's screenshots from a run of the browser tests.

@@ -55,8 +55,14 @@ class Registry:
         return sorted(self._templates)
 
     def spawn_hook(self, template_name: str) -> SpawnHook | None:
+        """The template's post-completion hook, or None when it has none (the store then does
+        not load the pipeline's tasks for every completion)."""
+        from fredica.pipelines.templates import Template
+
         template = self._templates.get(template_name)
-        return None if template is None else template.on_task_completed
+        if template is None or type(template).on_task_completed is Template.on_task_completed:
+            return None
+        return template.on_task_completed
 
     # plugins
     def load_plugins(self, modules: Iterable[str]) -> None:

@@ -28,7 +28,7 @@ from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
 from fredica.executors.control import TaskControl
 from fredica.registry import Registry
-from fredica.store.base import ClaimFilter, CompletionItem, RecoveryReport
+from fredica.store.base import BackendNote, ClaimFilter, CompletionItem, RecoveryReport
 from fredica.store.runner import StoreRunner
 
 logger = logging.getLogger(__name__)
@@ -65,6 +65,7 @@ class _Running:
     control: TaskControl
     job: asyncio.Task[None] | None = None
     lost: str | None = None  # set when this attempt no longer owns the task
+    backend: BackendNote | None = None  # recorded with the outcome
     pause_writes: list[asyncio.Task[Any]] = field(default_factory=list)
 
 
@@ -226,29 +227,29 @@ class WorkerEngine:
         empty_polls = 0
         pausable = self.registry.pausable_map()
         while not self._stopping:
+            # Clear first, every time: a wake set while all slots are busy must not make this
+            # loop spin (it would hold the GIL and starve the store thread).
+            self._wake.clear()
             free = self.settings.max_workers - len(self._running)
-            claimed: list[models.Task] = []
+            if free <= 0:  # a finishing task wakes us as it frees its slot
+                await self._wait_wake(self.settings.idle_poll_interval)
+                continue
             types = self.claimable_types()
-            if free > 0 and types:
-                self._wake.clear()
+            claimed: list[models.Task] = []
+            if types:
                 claimed = await self.db.call(
                     self.db.store.claim,
                     self.node_id,
                     ClaimFilter(limit=free, types=types, start=True, pausable=pausable),
                     self.clock.now(),
                 )
-                for task in claimed:
-                    self._launch(task)
-                if claimed:
-                    self.stats["claimed"] += len(claimed)
-                    self._changed(claimed[0].pipeline_id)
-            if self._stopping:
-                break
-            if claimed and len(claimed) == free:
+            for task in claimed:
+                self._launch(task)
+            if claimed:
+                self.stats["claimed"] += len(claimed)
+                self._changed(claimed[0].pipeline_id)
+            if len(claimed) == free:  # there may be more ready work: claim as slots free up
                 empty_polls = 0
-                await asyncio.sleep(0)  # every slot filled: wait for one to free (wake)
-                if self.settings.max_workers - len(self._running) <= 0:
-                    await self._wait_wake(self.settings.idle_poll_interval)
                 continue
             empty_polls = 0 if claimed else empty_polls + 1
             interval = (
@@ -316,7 +317,7 @@ class WorkerEngine:
                     raise errors.PermanentError(f"no executor for task type {task.type} here")
                 if task.cancel_requested:
                     raise errors.TaskCancelled("cancelled by user")
-                choice = self._choose_backend(task, ctx)
+                choice = self._choose_backend(running, ctx)
                 existing = await executor.can_skip(task, ctx)
                 if existing is not None:
                     await self._complete(running, existing, "outputs already exist; skipped run")
@@ -362,17 +363,22 @@ class WorkerEngine:
             self._running.pop(task.id, None)
             self._wake.set()
 
-    def _choose_backend(self, task: models.Task, ctx: TaskContext) -> BackendChoice | None:
-        """Pick and record the backend (seed 001 §2.7); counts it as active until the end."""
+    def _choose_backend(self, running: _Running, ctx: TaskContext) -> BackendChoice | None:
+        """Pick the backend (seed 001 §2.7); it counts as active until the task ends and is
+        recorded with the outcome, in the same transaction."""
         if self.selector is None:
             return None
-        choice = self.selector.choose(task, self._active_by_backend, pending=0)
+        choice = self.selector.choose(running.task, self._active_by_backend, pending=0)
         ctx.backend = choice.backend
         ctx.backend_config = dict(choice.config)
         if choice.model:
             ctx.backend_config.setdefault("model", choice.model)
         self._active_by_backend[choice.backend] = self._active_by_backend.get(choice.backend, 0) + 1
-        ctx.event("backend", f"{choice.backend} score={choice.score} ({choice.breakdown})")
+        running.backend = BackendNote(
+            choice.backend,
+            f"{choice.backend} score={choice.score} ({choice.breakdown})",
+            self.clock.now(),
+        )
         return choice
 
     async def _complete(self, running: _Running, result: dict[str, Any], note: str | None) -> None:
@@ -380,7 +386,7 @@ class WorkerEngine:
             raise errors.StaleAttempt(f"task {running.task.id}: {running.lost}")
         self._progress.pop(running.task.id, None)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        item = CompletionItem(running.task.id, running.task.attempt, result, note)
+        item = CompletionItem(running.task.id, running.task.attempt, result, note, running.backend)
         await self._completions.put((item, future))
         outcome = await future
         if isinstance(outcome, errors.StaleAttempt):
@@ -417,6 +423,7 @@ class WorkerEngine:
             exc.error_type,
             now,
             exc.retry_after_sec,
+            running.backend,
         )
         self._changed(task.pipeline_id)
         if after.status is TaskStatus.PENDING:

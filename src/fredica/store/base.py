@@ -45,11 +45,21 @@ class ClaimFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class BackendNote:
+    """The backend chosen for an attempt, recorded with its outcome (one transaction)."""
+
+    backend: str
+    message: str
+    chosen_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class CompletionItem:
     task_id: str
     attempt: int
     result: dict[str, Any]
     message: str | None = None
+    backend: BackendNote | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +190,7 @@ class TaskStore(ABC):
         error_type: ErrorType,
         now: float,
         retry_after_sec: float | None = None,
+        backend: BackendNote | None = None,
     ) -> Task:
         """Record a failure; the retry policy of its error class decides pending or failed.
         CANCELLED ends the task `cancelled`."""

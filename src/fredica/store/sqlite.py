@@ -32,6 +32,7 @@ from fredica.domain.models import (
 from fredica.domain.spawn import SpawnInput
 from fredica.store import schema
 from fredica.store.base import (
+    BackendNote,
     CancelOutcome,
     ClaimFilter,
     CompletionItem,
@@ -206,11 +207,12 @@ class SQLiteTaskStore(TaskStore):
                 pausable = flt.pausable.get(row["type"])
                 if pausable is not None:
                     sets["is_pausable"] = int(pausable)
-                tx.transition(row, S.CLAIMED, **sets)
                 if flt.start:
-                    tx.transition(
-                        tx.task_row(row["id"]), S.RUNNING, started_at=now, heartbeat_at=now
-                    )
+                    # one write for both steps; the timeline still shows claimed then running
+                    tx.transition(row, S.RUNNING, event_type="claimed", started_at=now, **sets)
+                    tx.event(row["id"], "running")
+                else:
+                    tx.transition(row, S.CLAIMED, **sets)
                 claimed.append(row["id"])
         return [self.get_task(t) for t in claimed]
 
@@ -349,6 +351,7 @@ class SQLiteTaskStore(TaskStore):
             raise errors.IllegalTransition(
                 f"task {item.task_id} is {row['status']}; only running work can complete"
             )
+        self._note_backend(tx, item.task_id, item.backend)
         tx.transition(
             row,
             S.COMPLETED,
@@ -399,6 +402,7 @@ class SQLiteTaskStore(TaskStore):
         error_type: ErrorType,
         now: float,
         retry_after_sec: float | None = None,
+        backend: BackendNote | None = None,
     ) -> Task:
         with self._tx(now, node_id) as tx:
             row = self._fenced(tx, task_id, attempt, node_id)
@@ -406,6 +410,7 @@ class SQLiteTaskStore(TaskStore):
                 raise errors.IllegalTransition(
                     f"task {task_id} is {row['status']}; only running work can fail"
                 )
+            self._note_backend(tx, task_id, backend)
             if error_type is ErrorType.CANCELLED:
                 tx.transition(
                     row,
@@ -419,6 +424,13 @@ class SQLiteTaskStore(TaskStore):
             else:
                 self._apply_failure(tx, row, error, error_type, retry_after_sec)
         return self.get_task(task_id)
+
+    @staticmethod
+    def _note_backend(tx: Tx, task_id: str, note: BackendNote | None) -> None:
+        if note is None:
+            return
+        tx.event(task_id, "backend", note.message, at=note.chosen_at)
+        tx.q("UPDATE task SET backend = ? WHERE id = ?", (note.backend, task_id))
 
     def _apply_failure(
         self,

@@ -61,11 +61,13 @@ class Tx:
         assert isinstance(row, sqlite3.Row)
         return row
 
-    def event(self, task_id: str, event_type: str, message: str | None = None) -> None:
+    def event(
+        self, task_id: str, event_type: str, message: str | None = None, at: float | None = None
+    ) -> None:
         self.q(
             "INSERT INTO task_event (id, task_id, node_id, event_type, message, occurred_at) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            (uuid.uuid4().hex, task_id, self.node_id, event_type, message, self.now),
+            (uuid.uuid4().hex, task_id, self.node_id, event_type, message, at or self.now),
         )
         self.events += 1
 

@@ -1,0 +1,253 @@
+"""`python -m bench`: run the benchmarks and write bench/results/latest.{json,md}.
+
+Benchmarks (`--only NAME`, repeatable): noop (fredica 2 and 8 workers, Huey, Celery), claim,
+latency, fanout, media. The quick default keeps the whole run under ten minutes on two cores;
+`--full` samples more and waits longer. Peers run only inside `noop`, next to fredica, so a
+ratio never mixes runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import importlib
+import importlib.util
+import inspect
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from bench import claim_cost, fredica_runs, peers, report
+from bench.util import log
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+BENCHMARKS = ("noop", "claim", "latency", "fanout", "media")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Sizes and limits of one run (the quick defaults)."""
+
+    noop_tasks: int = 10_000
+    pipeline_size: int = 1_000
+    fredica_workers: tuple[int, ...] = (2, 8)
+    peer_workers: int = 2
+    peers: bool = True
+    noop_deadline_s: float = 90.0
+    claim_sizes: tuple[int, ...] = (1_000, 10_000, 100_000)
+    claims_per_size: int = 500
+    latency_push_samples: int = 50
+    latency_poll_samples: int = 8
+    poll_interval: float = 1.0
+    idle_poll_interval: float = 5.0
+    fanout_chunks: int = 1_000
+    fanout_deadline_s: float = 180.0
+
+
+QUICK = Config()
+FULL = replace(
+    QUICK,
+    noop_deadline_s=1_800.0,
+    claims_per_size=2_000,
+    latency_poll_samples=50,
+    fanout_deadline_s=1_800.0,
+)
+
+
+# --- the benchmarks --------------------------------------------------------------------------
+def bench_noop(cfg: Config, work: Path) -> dict[str, Any]:
+    """fredica with each worker count, then the peers, one after the other in this run."""
+    runs: list[tuple[str, Callable[[], dict[str, Any]]]] = []
+    for workers in cfg.fredica_workers:
+        runs.append(
+            (
+                f"fredica_w{workers}",
+                functools.partial(
+                    _run_async,
+                    fredica_runs.noop_throughput,
+                    work / f"fredica-w{workers}",
+                    cfg.noop_tasks,
+                    cfg.pipeline_size,
+                    workers,
+                    cfg.noop_deadline_s,
+                ),
+            )
+        )
+    if cfg.peers:
+        w = cfg.peer_workers
+        for name, runner in (("huey", peers.run_huey), ("celery", peers.run_celery)):
+            args = (work / name, cfg.noop_tasks, w, cfg.noop_deadline_s)
+            runs.append((f"{name}_w{w}", functools.partial(runner, *args)))
+    out: dict[str, Any] = {}
+    for key, call in runs:
+        log(f"noop: {key}, {cfg.noop_tasks} tasks")
+        try:
+            out[key] = call()
+            note = " (deadline reached)" if out[key].get("timed_out") else ""
+            log(f"  -> {out[key]['tasks_per_s']} tasks/s{note}")
+        except Exception as exc:
+            # One system failing (e.g. a missing peer) must not hide the others: record it.
+            log(f"  {key} failed: {exc}")
+            out[key] = {"error": f"{type(exc).__name__}: {exc}", "tasks_per_s": None}
+    return out
+
+
+def _run_async(fn: Callable[..., Any], *args: Any) -> Any:
+    return asyncio.run(fn(*args))
+
+
+def bench_claim(cfg: Config, work: Path) -> dict[str, Any]:
+    log(f"claim: sizes {list(cfg.claim_sizes)}")
+    return claim_cost.run(work / "claim", list(cfg.claim_sizes), cfg.claims_per_size)
+
+
+def bench_latency(cfg: Config, work: Path) -> dict[str, Any]:
+    log(
+        f"latency: {cfg.latency_push_samples} push + {cfg.latency_poll_samples} poll-only "
+        f"samples (poll {cfg.poll_interval:g} s, idle {cfg.idle_poll_interval:g} s)"
+    )
+    return asyncio.run(
+        fredica_runs.idle_latency(
+            work / "latency",
+            cfg.latency_push_samples,
+            cfg.latency_poll_samples,
+            cfg.poll_interval,
+            cfg.idle_poll_interval,
+        )
+    )
+
+
+def bench_fanout(cfg: Config, work: Path) -> dict[str, Any]:
+    log(f"fanout: {cfg.fanout_chunks} chunks")
+    return asyncio.run(
+        fredica_runs.fanout(work / "fanout", cfg.fanout_chunks, 2, cfg.fanout_deadline_s)
+    )
+
+
+def bench_media(cfg: Config, work: Path) -> dict[str, Any] | None:
+    """bench/media_overhead.py belongs to the media issue: its `run() -> dict` (with
+    `pipeline_overhead_pct`) is used when it exists; until then the key stays null."""
+    if importlib.util.find_spec("bench.media_overhead") is None:
+        log("media: bench/media_overhead.py not present; pipeline_overhead_pct stays null")
+        return None
+    run = getattr(importlib.import_module("bench.media_overhead"), "run", None)
+    if not callable(run):
+        log("media: bench/media_overhead.py has no run() yet; pipeline_overhead_pct stays null")
+        return None
+    log("media: bench.media_overhead.run()")
+    result = run()
+    if inspect.isawaitable(result):
+        result = asyncio.run(_await(result))
+    if not isinstance(result, dict):
+        raise RuntimeError(f"bench.media_overhead.run() returned {type(result).__name__}")
+    return result
+
+
+async def _await(value: Any) -> Any:
+    return await value
+
+
+RUNNERS: dict[str, Callable[[Config, Path], dict[str, Any] | None]] = {
+    "noop": bench_noop,
+    "claim": bench_claim,
+    "latency": bench_latency,
+    "fanout": bench_fanout,
+    "media": bench_media,
+}
+
+
+def run(
+    cfg: Config,
+    names: list[str],
+    work_dir: Path,
+    mode: str = "quick",
+    command: str = "bench.harness.run()",
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Run `names` in order; returns the results document and the errors by benchmark."""
+    raw: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    machine = report.machine_info()
+    started = time.monotonic()
+    for name in names:
+        try:
+            raw[name] = RUNNERS[name](cfg, work_dir / name)
+        except Exception as exc:
+            log(f"{name} failed:\n{traceback.format_exc()}")
+            errors[name] = f"{type(exc).__name__}: {exc}"
+        peer_errors = {
+            f"{name}.{k}": v["error"]
+            for k, v in (raw.get(name) or {}).items()
+            if isinstance(v, dict) and v.get("error")
+        }
+        errors.update(peer_errors)
+    meta = {
+        "command": command,
+        "mode": mode,
+        "benchmarks_run": names,
+        "elapsed_s": round(time.monotonic() - started, 1),
+        "machine": machine,
+        "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
+        "config": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(cfg).items()},
+    }
+    return report.assemble(raw, meta, errors), errors
+
+
+# --- command line --------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--full", action="store_true", help="more samples, longer deadlines")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=BENCHMARKS,
+        metavar="NAME",
+        help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}",
+    )
+    parser.add_argument("--no-peers", action="store_true", help="skip Huey and Celery in noop")
+    parser.add_argument(
+        "--pipeline-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="tasks per pipeline in noop (default 1000)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output prefix (default bench/results/latest; with --only: bench/results/only-NAME)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the temp work dir")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    cfg = FULL if args.full else QUICK
+    if args.no_peers:
+        cfg = replace(cfg, peers=False)
+    if args.pipeline_size:
+        cfg = replace(cfg, pipeline_size=args.pipeline_size)
+    names = [n for n in BENCHMARKS if n in (args.only or BENCHMARKS)]
+    # A partial run must not overwrite the full table the README points at.
+    out = args.out or RESULTS_DIR / ("latest" if not args.only else "only-" + "-".join(names))
+    work = Path(tempfile.mkdtemp(prefix="fredica-bench-"))
+    try:
+        command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
+        doc, errors = run(cfg, names, work, "full" if args.full else "quick", command)
+    finally:
+        if args.keep:
+            log(f"work dir kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    json_path, md_path = report.write(doc, out)
+    print(report.markdown(doc))
+    log(f"wrote {json_path} and {md_path}")
+    return 1 if errors else 0

