@@ -14,11 +14,31 @@ from typing import Any
 from fredica.domain.models import NewTask, Pipeline, Task
 
 
-@dataclass(frozen=True, slots=True)
 class SpawnInput:
-    task: Task  # the task just completed (status completed, result set)
-    pipeline: Pipeline
-    siblings: tuple[Task, ...]  # every task of the pipeline, as of this transaction
+    """What a hook sees: the completed task, its pipeline, and (read on first use, inside the
+    same transaction) every task of the pipeline. Loading siblings only when a hook asks keeps
+    completions of large fan-outs linear instead of quadratic."""
+
+    __slots__ = ("_load", "_siblings", "pipeline", "task")
+
+    def __init__(
+        self,
+        task: Task,
+        pipeline: Pipeline,
+        siblings: tuple[Task, ...] | Callable[[], tuple[Task, ...]],
+    ) -> None:
+        self.task = task  # the task just completed (status completed, result set)
+        self.pipeline = pipeline
+        if callable(siblings):
+            self._load, self._siblings = siblings, None
+        else:  # already known (pure tests)
+            self._load, self._siblings = tuple, tuple(siblings)
+
+    @property
+    def siblings(self) -> tuple[Task, ...]:
+        if self._siblings is None:
+            self._siblings = self._load()
+        return self._siblings
 
 
 @dataclass(frozen=True, slots=True)

@@ -133,6 +133,9 @@ def connect(path: Path | str) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA temp_store = MEMORY")
     conn.execute("PRAGMA cache_size = -32000")
+    # Checkpoints (the only fsyncs with synchronous=NORMAL) every ~32 MB of WAL instead of
+    # ~4 MB: measured +15% no-op throughput (bench/); the WAL file may grow to that size.
+    conn.execute("PRAGMA wal_autocheckpoint = 8000")
     return conn
 
 

@@ -375,14 +375,19 @@ class SQLiteTaskStore(TaskStore):
         hook = hooks(prow["template"])
         if hook is None:
             return
-        siblings = tuple(
-            row_to_task(r)
-            for r in tx.q(
-                f"SELECT {TASK_COLUMNS} FROM task WHERE pipeline_id = ? ORDER BY created_at, rowid",
-                (row["pipeline_id"],),
+        pipeline_id = row["pipeline_id"]
+
+        def siblings() -> tuple[Task, ...]:
+            return tuple(
+                row_to_task(r)
+                for r in tx.q(
+                    f"SELECT {TASK_COLUMNS} FROM task WHERE pipeline_id = ? "
+                    "ORDER BY created_at, rowid",
+                    (pipeline_id,),
+                )
             )
-        )
-        done = next(t for t in siblings if t.id == item.task_id)
+
+        done = row_to_task(tx.task_row(item.task_id))
         plan = hook(SpawnInput(done, row_to_pipeline(prow), siblings))
         if plan is not None and not plan.empty:
             new_ids = tx.apply_plan(plan, row_to_pipeline(prow), prow["owner_id"])
