@@ -224,7 +224,7 @@ class AiAnalyzeExecutor(TaskExecutor):
         if not isinstance(segments, list) or not all(isinstance(s, dict) for s in segments):
             raise errors.PayloadError("payload.segments must be a list of {start, end, text}")
         backend = choose_backend(ctx)
-        ctx.event("backend", backend)
+        ctx.event("tool", backend)
         await ctx.checkpoint()
         if not text.strip():
             return ExecuteResult(

@@ -96,7 +96,7 @@ class ExtractAudioExecutor(TaskExecutor):
         info = await ffmpeg.probe(ctx, source)
         if not info.has_audio:
             raise errors.PermanentError(f"{source} has no audio stream")
-        ctx.event("backend", f"ffmpeg {ffmpeg.executable(ctx.backend_config)}")
+        ctx.event("tool", f"ffmpeg {ffmpeg.executable(ctx.backend_config)}")
         with outputs.disk_errors(f"creating {target.parent}"):
             target.parent.mkdir(parents=True, exist_ok=True)
         tmp = outputs.temp_sibling(target)

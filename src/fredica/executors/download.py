@@ -150,7 +150,7 @@ class DownloadVideoExecutor(TaskExecutor):
         out_dir = self._out_dir(task, ctx)
         with outputs.disk_errors(f"creating {out_dir}"):
             out_dir.mkdir(parents=True, exist_ok=True)
-        ctx.event("backend", backend)
+        ctx.event("tool", backend)
         if backend == "file":
             path = await self._file(ctx, url, out_dir)
         elif backend == "http":
@@ -317,7 +317,7 @@ class DownloadSubtitleExecutor(TaskExecutor):
         if not isinstance(languages, list) or not all(isinstance(x, str) for x in languages):
             raise errors.PayloadError("payload.languages must be a list of language codes")
         out_dir = ctx.output_dir
-        ctx.event("backend", "bilibili-ytdlp" if is_bilibili(url) else "ytdlp-subtitles")
+        ctx.event("tool", "bilibili-ytdlp" if is_bilibili(url) else "ytdlp-subtitles")
         extra = [
             "--skip-download",
             "--write-subs",

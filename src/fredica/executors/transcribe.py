@@ -261,7 +261,7 @@ class DetectLanguageExecutor(TaskExecutor):
         spec["sample_sec"] = outputs.payload_number(
             task.payload, "sample_sec", DEFAULT_SAMPLE_SEC, low=1, high=600
         )
-        ctx.event("backend", f"{BACKEND} {spec['model_name']} (cpu, {spec['compute_type']})")
+        ctx.event("tool", f"{BACKEND} {spec['model_name']} (cpu, {spec['compute_type']})")
         result: dict[str, Any] = await ctx.run_in_subprocess(detect_in_child, spec)
         result.update({"model": spec["model_name"], "backend": BACKEND})
         ctx.progress(100, f"language {result['language']}")
@@ -296,7 +296,7 @@ class TranscribeChunkExecutor(TaskExecutor):
                 "word_timestamps": bool(payload.get("word_timestamps", False)),
             }
         )
-        ctx.event("backend", f"{BACKEND} {spec['model_name']} (cpu, {spec['compute_type']})")
+        ctx.event("tool", f"{BACKEND} {spec['model_name']} (cpu, {spec['compute_type']})")
         result: dict[str, Any] = await ctx.run_in_subprocess(transcribe_in_child, spec)
         result.update(
             {

@@ -171,7 +171,7 @@ class TaskStore(ABC):
     def record_event(
         self, task_id: str, node_id: str, event_type: str, message: str | None, now: float
     ) -> None:
-        """Append a task event (event_type `backend` also stores the chosen backend)."""
+        """Append a task event (executors' notes, e.g. the tool they ran)."""
 
     @abstractmethod
     def complete_many(

@@ -321,8 +321,6 @@ class SQLiteTaskStore(TaskStore):
     ) -> None:
         with self._tx(now, node_id) as tx:
             tx.event(task_id, event_type, message)
-            if event_type == "backend" and message:
-                tx.q("UPDATE task SET backend = ? WHERE id = ?", (message.split(" ")[0], task_id))
 
     def complete_many(
         self, items: Sequence[CompletionItem], node_id: str, now: float, hooks: SpawnHookLookup
