@@ -464,3 +464,31 @@ def test_schema_migrations_are_idempotent(tmp_path) -> None:
     mode = s._conn.execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
     s.close()
+
+
+def test_complete_and_claim_in_one_transaction(store: SQLiteTaskStore) -> None:
+    make_pipeline(
+        store,
+        NewTask("T", id="a"),
+        NewTask("T", id="b", depends_on=("a",)),
+        NewTask("T", id="c"),
+    )
+    first = store.claim(NODE, ClaimFilter(limit=1, start=True), 101.0)[0]
+    assert first.id == "a"
+    seq_before = store.changes_since(0)[2]
+    done, claimed = store.complete_and_claim(
+        [CompletionItem("a", first.attempt, {"ok": 1})], NODE, 102.0, NO_HOOKS,
+        ClaimFilter(limit=5, start=True),
+    )  # fmt: skip
+    # the completion made b ready inside the same transaction, so b is claimed with c
+    assert [t.status for t in done if not isinstance(t, Exception)] == [S.COMPLETED]
+    assert sorted(t.id for t in claimed) == ["b", "c"]
+    assert all(t.status is S.RUNNING and t.claimed_by == NODE for t in claimed)
+    # one transaction: every row it touched carries the same change sequence
+    seqs = {store.get_task(t).change_seq for t in ("a", "b", "c")}
+    assert len(seqs) == 1 and seqs.pop() == seq_before + 1
+    # a refused completion does not stop the claim
+    done, claimed = store.complete_and_claim(
+        [CompletionItem("a", first.attempt, {})], NODE, 103.0, NO_HOOKS, ClaimFilter(limit=1)
+    )
+    assert isinstance(done[0], errors.IllegalTransition) and claimed == []

@@ -99,6 +99,7 @@ class WorkerEngine:
         self.stats = {"claimed": 0, "completed": 0, "failed": 0, "retried": 0, "cancelled": 0}
         self.failure: BaseException | None = None
         self.selector: BackendSelector | None = None
+        self._pausable = registry.pausable_map()
         self._active_by_backend: dict[str, int] = {}
         self._background: set[asyncio.Future[Any]] = set()
         self.stopped = asyncio.Event()
@@ -225,7 +226,6 @@ class WorkerEngine:
     # --- the poll loop ---------------------------------------------------------------------
     async def _poll_loop(self) -> None:
         empty_polls = 0
-        pausable = self.registry.pausable_map()
         while not self._stopping:
             # Clear first, every time: a wake set while all slots are busy must not make this
             # loop spin (it would hold the GIL and starve the store thread).
@@ -240,7 +240,7 @@ class WorkerEngine:
                 claimed = await self.db.call(
                     self.db.store.claim,
                     self.node_id,
-                    ClaimFilter(limit=free, types=types, start=True, pausable=pausable),
+                    ClaimFilter(limit=free, types=types, start=True, pausable=self._pausable),
                     self.clock.now(),
                 )
             for task in claimed:
@@ -459,22 +459,41 @@ class WorkerEngine:
             while not self._completions.empty():
                 batch.append(self._completions.get_nowait())
             items = [item for item, _ in batch]
+            # Acknowledge and fetch in one round trip: claim work for the slots this batch
+            # frees in the same transaction (a refused completion keeps its slot a moment
+            # longer, so the bound can be exceeded by that many tasks for a few milliseconds).
+            free = self.settings.max_workers - len(self._running) + len(batch)
+            types = frozenset() if self._stopping else self.claimable_types()
+            flt = (
+                ClaimFilter(limit=free, types=types, start=True, pausable=self._pausable)
+                if free > 0 and types
+                else None
+            )
+            claimed: list[models.Task] = []
             try:
-                outcomes: list[Any] = await self.db.call(
-                    store.complete_many,
+                outcomes: list[Any]
+                outcomes, claimed = await self.db.call(
+                    store.complete_and_claim,
                     items,
                     self.node_id,
                     self.clock.now(),
                     self.registry.spawn_hook,
+                    flt,
                 )
             except Exception as exc:  # the whole batch failed: report it to every waiter
                 outcomes = [exc] * len(batch)
             pipelines: set[str | None] = set()
-            for (_, future), outcome in zip(batch, outcomes, strict=True):
-                if not future.done():
-                    future.set_result(outcome)
+            for (item, future), outcome in zip(batch, outcomes, strict=True):
                 if isinstance(outcome, models.Task):
                     pipelines.add(outcome.pipeline_id)
+                    self._running.pop(item.task_id, None)  # its slot is free from now on
+                if not future.done():
+                    future.set_result(outcome)
+            for task in claimed:
+                self._launch(task)
+            if claimed:
+                self.stats["claimed"] += len(claimed)
+                pipelines.add(claimed[0].pipeline_id)
             for pipeline_id in pipelines:
                 self._changed(pipeline_id)
             self._wake.set()

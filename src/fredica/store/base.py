@@ -181,6 +181,18 @@ class TaskStore(ABC):
         transaction; per item the completed task or the error that refused it."""
 
     @abstractmethod
+    def complete_and_claim(
+        self,
+        items: Sequence[CompletionItem],
+        node_id: str,
+        now: float,
+        hooks: SpawnHookLookup,
+        claim: ClaimFilter | None,
+    ) -> tuple[list[Task | errors.FredicaError], list[Task]]:
+        """`complete_many`, then claim (like `claim`) for the slots the batch frees, in one
+        transaction: one round trip acknowledges finished work and fetches the next."""
+
+    @abstractmethod
     def fail(
         self,
         task_id: str,

@@ -168,7 +168,14 @@ class SQLiteTaskStore(TaskStore):
 
     # --- claiming -----------------------------------------------------------------------------
     def claim(self, node_id: str, flt: ClaimFilter, now: float) -> list[Task]:
-        if flt.limit <= 0:
+        if flt.limit <= 0 or (flt.types is not None and not flt.types):
+            return []
+        with self._tx(now, node_id) as tx:
+            claimed = self._claim_in_tx(tx, node_id, flt, now)
+        return [self.get_task(t) for t in claimed]
+
+    def _claim_in_tx(self, tx: Tx, node_id: str, flt: ClaimFilter, now: float) -> list[str]:
+        if flt.limit <= 0 or (flt.types is not None and not flt.types):
             return []
         where = [
             "status = 'pending'",
@@ -181,8 +188,6 @@ class SQLiteTaskStore(TaskStore):
         ]
         params: list[Any] = [now, node_id, node_id]
         if flt.types is not None:
-            if not flt.types:
-                return []
             where.append(f"type IN ({','.join('?' for _ in flt.types)})")
             params.extend(sorted(flt.types))
         sql = (
@@ -191,30 +196,29 @@ class SQLiteTaskStore(TaskStore):
         )
         params.append(flt.limit)
         claimed: list[str] = []
-        with self._tx(now, node_id) as tx:
-            for row in tx.q(sql, params).fetchall():
-                sets: dict[str, Any] = {
-                    "claimed_by": node_id,
-                    "claimed_at": now,
-                    "heartbeat_at": now,
-                    "attempt": row["attempt"] + 1,
-                    "original_claimed_by": row["original_claimed_by"] or node_id,
-                    "is_paused": 0,
-                    "cancel_requested": 0,
-                    "progress": 0,
-                    "progress_note": None,
-                }
-                pausable = flt.pausable.get(row["type"])
-                if pausable is not None:
-                    sets["is_pausable"] = int(pausable)
-                if flt.start:
-                    # one write for both steps; the timeline still shows claimed then running
-                    tx.transition(row, S.RUNNING, event_type="claimed", started_at=now, **sets)
-                    tx.event(row["id"], "running")
-                else:
-                    tx.transition(row, S.CLAIMED, **sets)
-                claimed.append(row["id"])
-        return [self.get_task(t) for t in claimed]
+        for row in tx.q(sql, params).fetchall():
+            sets: dict[str, Any] = {
+                "claimed_by": node_id,
+                "claimed_at": now,
+                "heartbeat_at": now,
+                "attempt": row["attempt"] + 1,
+                "original_claimed_by": row["original_claimed_by"] or node_id,
+                "is_paused": 0,
+                "cancel_requested": 0,
+                "progress": 0,
+                "progress_note": None,
+            }
+            pausable = flt.pausable.get(row["type"])
+            if pausable is not None:
+                sets["is_pausable"] = int(pausable)
+            if flt.start:
+                # one write for both steps; the timeline still shows claimed then running
+                tx.transition(row, S.RUNNING, event_type="claimed", started_at=now, **sets)
+                tx.event(row["id"], "running")
+            else:
+                tx.transition(row, S.CLAIMED, **sets)
+            claimed.append(row["id"])
+        return claimed
 
     def _fenced(self, tx: Tx, task_id: str, attempt: int, node_id: str) -> sqlite3.Row:
         row = tx.task_row(task_id)
@@ -326,7 +330,19 @@ class SQLiteTaskStore(TaskStore):
         self, items: Sequence[CompletionItem], node_id: str, now: float, hooks: SpawnHookLookup
     ) -> list[Task | errors.FredicaError]:
         """Group commit: each item in its own savepoint, all in one transaction."""
+        return self.complete_and_claim(items, node_id, now, hooks, None)[0]
+
+    def complete_and_claim(
+        self,
+        items: Sequence[CompletionItem],
+        node_id: str,
+        now: float,
+        hooks: SpawnHookLookup,
+        claim: ClaimFilter | None,
+    ) -> tuple[list[Task | errors.FredicaError], list[Task]]:
+        """Group commit, then claim work for the slots it frees, in the same transaction."""
         outcome: list[str | errors.FredicaError] = []
+        claimed: list[str] = []
         with self._tx(now, node_id) as tx:
             for item in items:
                 try:
@@ -339,7 +355,10 @@ class SQLiteTaskStore(TaskStore):
                     outcome.append(errors.InvalidRequest(f"{type(exc).__name__}: {exc}"))
                 else:
                     outcome.append(item.task_id)
-        return [self.get_task(o) if isinstance(o, str) else o for o in outcome]
+            if claim is not None:
+                claimed = self._claim_in_tx(tx, node_id, claim, now)
+        done = [self.get_task(o) if isinstance(o, str) else o for o in outcome]
+        return done, [self.get_task(t) for t in claimed]
 
     def _complete_one(
         self, tx: Tx, item: CompletionItem, node_id: str, hooks: SpawnHookLookup
