@@ -98,20 +98,27 @@ async def pipeline(video: Path, work: Path, chunk_sec: float, workers: int) -> f
         await node.stop(grace=2)
 
 
-def run(seconds: float = 60.0, chunk: float = 600.0) -> dict[str, float]:
-    """For `python -m bench`: one script run and one pipeline run (1 worker) on the same input,
-    with the seed's default chunk length. Same work on both sides: extract, split, tiny.en in
-    English (the pipeline is given `language: en`, so it runs no detection the script skips)."""
+def run(seconds: float = 60.0, chunk: float = 600.0, repeat: int = 3) -> dict[str, object]:
+    """For `python -m bench`: the script and the pipeline (1 worker) alternately on the same
+    input, `repeat` times each, with the seed's default chunk length; the overhead compares the
+    medians (single runs of a few seconds vary by tens of percent on a 2-core machine). Same
+    work on both sides: extract, split, tiny.en in English (the pipeline is given
+    `language: en`, so it runs no detection that the script skips)."""
     with tempfile.TemporaryDirectory(prefix="fredica-bench-") as tmp:
         work = Path(tmp)
         video = make_input(work, seconds)
         length = audio.wav_duration(work / "speech.wav")[0]
-        script = direct(video, work, chunk)
-        node = asyncio.run(pipeline(video, work, chunk, 1))
+        scripts, nodes = [], []
+        for _ in range(repeat):
+            scripts.append(direct(video, work, chunk))
+            nodes.append(asyncio.run(pipeline(video, work, chunk, 1)))
+    script, node = statistics.median(scripts), statistics.median(nodes)
     return {
         "pipeline_overhead_pct": round(100 * (node / script - 1), 1),
         "script_s": round(script, 2),
         "pipeline_s": round(node, 2),
+        "script_runs_s": [round(x, 2) for x in scripts],
+        "pipeline_runs_s": [round(x, 2) for x in nodes],
         "audio_s": round(length, 1),
         "chunk_duration_sec": chunk,
     }
