@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import noop_plugin
-from bench.util import async_wait_until, log, mean, percentile, rnd
+from bench.util import async_wait_until, log, mean, percentile, rnd, throughput_result
 from fredica.domain.models import NewPipeline, NewTask
 from fredica.engine.worker import EngineSettings
 from fredica.node import DB_FILENAME, Node, NodeSettings
@@ -104,15 +104,8 @@ async def noop_throughput(
         "SELECT COUNT(*), MAX(completed_at) FROM task WHERE status = 'completed' AND type = ?",
         (noop_plugin.NOOP,),
     )
-    elapsed = (last_done - t0) if last_done else None
     return {
-        "tasks": n_tasks,
-        "completed": completed,
-        "timed_out": not finished,
-        "create_s": rnd(t_created - t0),
-        "create_tasks_per_s": rnd(n_tasks / (t_created - t0), 1),
-        "elapsed_s": rnd(elapsed),
-        "tasks_per_s": rnd(completed / elapsed, 1) if elapsed else None,
+        **throughput_result(n_tasks, completed, finished, t0, t_created, last_done),
         "config": (
             f"fredica Node in-process, max_workers {max_workers}, SQLite WAL + "
             f"synchronous=NORMAL, custom pipelines of {pipeline_size} independent tasks "

@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
-from pathlib import Path
 from typing import Any
 
 from huey import SqliteHuey
@@ -23,8 +21,9 @@ from huey.constants import WORKER_THREAD
 from huey.signals import SIGNAL_COMPLETE
 from huey.storage import SqliteStorage
 
+from bench import status
+
 WORKER_TYPE = WORKER_THREAD
-PROGRESS_EVERY = 500  # completions between progress files (for a run that never finishes)
 
 
 class NormalSyncStorage(SqliteStorage):
@@ -42,11 +41,6 @@ class NormalSyncHuey(SqliteHuey):
 
 huey = NormalSyncHuey("bench", filename=os.environ.get("BENCH_HUEY_DB", ":memory:"))
 
-_status = Path(os.environ.get("BENCH_STATUS_DIR", "."))
-_expected = int(os.environ.get("BENCH_EXPECTED", "0"))
-_lock = threading.Lock()
-_done = 0
-
 
 @huey.task()
 def noop() -> None:
@@ -57,23 +51,10 @@ def noop() -> None:
 @huey.on_startup()
 def _ready() -> None:
     # one line per worker thread; the harness starts producing when every worker is up
-    with _lock, (_status / "ready").open("a") as f:
+    with status.lock, (status.STATUS_DIR / "ready").open("a") as f:
         f.write(f"{threading.current_thread().name}\n")
 
 
 @huey.signal(SIGNAL_COMPLETE)
 def _completed(signal: str, task: Any) -> None:
-    global _done
-    with _lock:
-        _done += 1
-        count = _done
-    if count == _expected:
-        _write(_status / "done", count)
-    elif count % PROGRESS_EVERY == 0:
-        _write(_status / "progress", count)
-
-
-def _write(path: Path, count: int) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(f"{count} {time.time():.6f}\n")
-    tmp.replace(path)
+    status.completed()

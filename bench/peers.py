@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
 
-from bench.util import free_port, log, rnd, wait_until
+from bench.util import free_port, log, throughput_result, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SETUP_SCRIPT = Path(__file__).resolve().parent / "setup.sh"
@@ -105,16 +105,7 @@ def _finish(
         raise RuntimeError(f"consumer exited early:\n{child.tail()}")
     status = _read_status(done_file) if finished else _read_status(status_dir / "progress")
     completed, last_done = status if status else (0, None)
-    elapsed = (last_done - t0) if last_done else None
-    return {
-        "tasks": n_tasks,
-        "completed": completed,
-        "timed_out": not finished,
-        "create_s": rnd(t_created - t0),
-        "create_tasks_per_s": rnd(n_tasks / (t_created - t0), 1),
-        "elapsed_s": rnd(elapsed),
-        "tasks_per_s": rnd(completed / elapsed, 1) if elapsed else None,
-    }
+    return throughput_result(n_tasks, completed, finished, t0, t_created, last_done)
 
 
 # --- Huey ----------------------------------------------------------------------------------------

@@ -64,3 +64,25 @@ async def async_wait_until(
             return True
         await asyncio.sleep(step)
     return False
+
+
+def throughput_result(
+    n_tasks: int,
+    completed: int,
+    finished: bool,
+    t0: float,
+    t_created: float,
+    last_done: float | None,
+) -> dict[str, object]:
+    """The no-op throughput row of one system: rates from the first create to the last
+    completion (a run that passed its deadline reports what completed, `timed_out`)."""
+    elapsed = (last_done - t0) if last_done else None
+    return {
+        "tasks": n_tasks,
+        "completed": completed,
+        "timed_out": not finished,
+        "create_s": rnd(t_created - t0),
+        "create_tasks_per_s": rnd(n_tasks / (t_created - t0), 1),
+        "elapsed_s": rnd(elapsed),
+        "tasks_per_s": rnd(completed / elapsed, 1) if elapsed else None,
+    }
