@@ -19,7 +19,7 @@ from typing import Any
 from bench import noop_plugin
 from bench.util import log, mean, percentile, rnd
 from fredica.domain.models import NewPipeline, NewTask
-from fredica.registry import Registry, builtin_registry
+from fredica.engine.registry import Registry, builtin_registry
 from fredica.store.base import ClaimFilter, CompletionItem
 from fredica.store.sqlite import SQLiteTaskStore
 

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from fredica import demo_media
 from fredica.capabilities import packaged_models
+from fredica.cli import demo_media
 from fredica.domain.models import PipelineStatus
 from fredica.engine.worker import EngineSettings
 from fredica.executors import audio, ffmpeg

@@ -12,11 +12,11 @@ import uuid
 
 from fredica.domain import models
 from fredica.domain.spawn import SpawnInput, SpawnPlan
+from fredica.engine.registry import Registry
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
 from fredica.pipelines.request import PipelineRequest
 from fredica.pipelines.templates import BuildContext, Template
-from fredica.registry import Registry
 
 NOOP = "BENCH_NOOP"
 FANOUT_TEMPLATE = "bench_fanout"

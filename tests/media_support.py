@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from fredica.capabilities import packaged_models
-from fredica.demo_media import make_video, speak
+from fredica.cli.demo_media import make_video, speak
 from fredica.domain.models import CachePolicy, NewTask
 from fredica.executors import ffmpeg
 from fredica.executors.context import TaskContext

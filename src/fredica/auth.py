@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from fredica import config, errors
-from fredica.clock import Clock
+from fredica.config import schema as config
+from fredica.domain import errors
+from fredica.domain.clock import Clock
 
 logger = logging.getLogger(__name__)
 

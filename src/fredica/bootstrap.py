@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from fredica import config
+from fredica.config import schema as config
 from fredica.engine.worker import EngineSettings
 from fredica.node import NodeSettings
 

@@ -15,17 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fredica import auth, config, errors
+from fredica import auth
 from fredica.capabilities import catalog
-from fredica.clock import Clock, SystemClock
-from fredica.domain import models
+from fredica.config import schema as config
+from fredica.domain import errors, models
+from fredica.domain.clock import Clock, SystemClock
 from fredica.domain.models import ShutdownType
 from fredica.engine.backends import BackendSelector
+from fredica.engine.registry import Registry, builtin_registry
 from fredica.engine.worker import EngineSettings, WorkerEngine
 from fredica.executors import network_test
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
 from fredica.pipelines.templates import BuildContext
-from fredica.registry import Registry, builtin_registry
 from fredica.store.base import CancelOutcome, RecoveryReport
 from fredica.store.runner import StoreRunner
 from fredica.store.sqlite import SQLiteTaskStore

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fredica.demo import free_port, wait_healthy
+from fredica.cli.demo import free_port, wait_healthy
 
 PLUGINS = Path(__file__).parents[1] / "plugins"
 

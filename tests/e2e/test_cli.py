@@ -70,7 +70,7 @@ def test_cli_rejects_bad_template_with_reason(served: ServedNode) -> None:
 
 
 def test_network_test_command(served: ServedNode) -> None:
-    from fredica.demo import local_http_server
+    from fredica.cli.demo import local_http_server
 
     served.start()
     with local_http_server() as base:

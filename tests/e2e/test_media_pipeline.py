@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from fredica import demo_media
-from fredica.demo import free_port
+from fredica.cli import demo_media
+from fredica.cli.demo import free_port
 from tests.e2e.conftest import FAST_CONFIG, ServedNode
 from tests.media_support import (
     REFERENCE,
@@ -264,7 +264,7 @@ def test_demo_and_process_command(node: ServedNode, tmp_path: Path) -> None:
 
 
 def test_detected_language_picks_the_multilingual_model(node: ServedNode, tmp_path: Path) -> None:
-    from fredica.demo_media import speak
+    from fredica.cli.demo_media import speak
 
     german = speak(
         ("Guten Tag, wie geht es Ihnen heute?", "Das Wetter ist heute sehr schön und warm."),

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from fredica.demo import free_port, local_http_server
+from fredica.cli.demo import free_port, local_http_server
 
 from .conftest import ServedNode
 
@@ -172,7 +172,7 @@ def test_first_start_writes_identity_and_hardware_cache_keeping_comments(
     served.start()
     served.terminate()
     text = served.config.read_text()
-    from fredica import config
+    from fredica.config import schema as config
 
     cfg = config.load_config(served.config)
     assert cfg.node.id.startswith("node-") and cfg.node.hostname

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from fredica.demo import free_port, local_http_server
+from fredica.cli.demo import free_port, local_http_server
 
 from .conftest import ServedNode
 

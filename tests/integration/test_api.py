@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from fredica.api.app import create_app
-from fredica.demo import local_http_server
+from fredica.cli.demo import local_http_server
 from fredica.node import Node
 
 from .test_engine import fast_settings

@@ -436,7 +436,7 @@ async def test_a_zombie_attempt_cannot_report(node: Node) -> None:
 def settings_with_config(tmp_path: Path, data: dict[str, Any]) -> NodeSettings:
     from dataclasses import replace
 
-    from fredica import config
+    from fredica.config import schema as config
 
     return replace(fast_settings(tmp_path), config=config.parse_config(data, "test"))
 

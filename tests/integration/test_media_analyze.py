@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fredica import errors
+from fredica.domain import errors
 from fredica.executors import analyze
 from tests.media_support import QuietServer, make_context
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fredica import errors
+from fredica.domain import errors
 from fredica.domain.models import CachePolicy
 from fredica.executors import audio, download, merge, transcribe
 from tests.media_support import (
@@ -191,7 +191,7 @@ async def test_http_status_errors_are_classified(
 
 
 async def test_unreachable_and_slow_servers_are_transient(tmp_path: Path) -> None:
-    from fredica.demo import free_port
+    from fredica.cli.demo import free_port
 
     ctx = make_context(
         tmp_path, "DOWNLOAD_VIDEO", {"source_url": f"http://127.0.0.1:{free_port()}/v.mp4"}
@@ -285,7 +285,7 @@ async def test_bilibili_subtitles_without_login_await_credentials(tmp_path: Path
 
 async def test_shipped_demo_sample_is_the_demo_text(tmp_path: Path) -> None:
     """The fallback speech (used when espeak-ng is absent) really says the demo sentences."""
-    from fredica import demo_media
+    from fredica.cli import demo_media
     from tests.media_support import require_media_tools
 
     require_media_tools()

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from fredica import errors
+from fredica.domain import errors
 from fredica.domain.models import (
     CachePolicy,
     ErrorType,

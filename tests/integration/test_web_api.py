@@ -19,7 +19,7 @@ import pytest
 import uvicorn
 
 from fredica.api.app import create_app
-from fredica.demo import free_port
+from fredica.cli.demo import free_port
 from fredica.domain.models import NewPipeline, NewTask
 from fredica.executors import network_test
 from fredica.node import KEY_LAST_SHUTDOWN, Node

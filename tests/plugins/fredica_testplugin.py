@@ -11,15 +11,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fredica import errors
-from fredica.domain import models
+from fredica.domain import errors, models
 from fredica.domain.spawn import SpawnInput, SpawnPlan
+from fredica.engine.registry import Registry
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
 from fredica.executors.process import SubprocessReporter
 from fredica.pipelines.request import PipelineRequest
 from fredica.pipelines.templates import BuildContext, Template
-from fredica.registry import Registry
 
 ERRORS: dict[str, type[errors.TaskError]] = {
     "TRANSIENT": errors.TransientError,

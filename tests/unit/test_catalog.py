@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fredica import errors
 from fredica.capabilities import catalog, task_types
+from fredica.domain import errors
 
 F = catalog.CapabilityFunction
 K = catalog.AcceleratorKind

@@ -11,8 +11,10 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from fredica import cli_config, config, errors
 from fredica.capabilities import probes
+from fredica.cli import config_cmd as cli_config
+from fredica.config import schema as config
+from fredica.domain import errors
 
 
 def write(tmp_path: Path, text: str, name: str = "worker.yaml") -> Path:

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from fredica import errors
+from fredica.domain import errors
 from fredica.executors.control import TaskControl
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fredica import config
 from fredica.capabilities import catalog, declare, hardware, probes, scoring
+from fredica.config import schema as config
 
 F = catalog.CapabilityFunction
 

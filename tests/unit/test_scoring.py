@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fredica import errors
 from fredica.capabilities import catalog, scoring
+from fredica.domain import errors
 
 F = catalog.CapabilityFunction
 CP = scoring.CloudPreference

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from fredica import errors
+from fredica.domain import errors
 from fredica.pipelines.request import PipelineRequest
 from fredica.pipelines.templates import BuildContext, CustomTemplate, NetworkTestTemplate
 

@@ -19,7 +19,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from fredica import __version__, auth, errors
+from fredica import __version__, auth
+from fredica.domain import errors
 from fredica.domain.models import TaskStatus
 from fredica.node import Node
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from fredica import config
-from fredica import config_sections as sections
 from fredica.capabilities import catalog, hardware, probes, scoring
+from fredica.config import schema as config
+from fredica.config import sections
 
 F = catalog.CapabilityFunction
 K = catalog.AcceleratorKind

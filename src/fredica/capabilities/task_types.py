@@ -12,8 +12,8 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-from fredica import errors
 from fredica.capabilities import catalog
+from fredica.domain import errors
 
 F = catalog.CapabilityFunction
 

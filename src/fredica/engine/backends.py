@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fredica import config, errors
 from fredica.capabilities import catalog, declare, probes, scoring, task_types
-from fredica.domain import models
+from fredica.config import schema as config
+from fredica.domain import errors, models
 
 logger = logging.getLogger(__name__)
 

@@ -19,15 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fredica import errors
-from fredica.clock import Clock, SystemClock
-from fredica.domain import models
+from fredica.domain import errors, models
+from fredica.domain.clock import Clock, SystemClock
 from fredica.domain.models import ErrorType, TaskStatus
 from fredica.engine.backends import BackendChoice, BackendSelector
+from fredica.engine.registry import Registry
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
 from fredica.executors.control import TaskControl
-from fredica.registry import Registry
 from fredica.store.base import BackendNote, ClaimFilter, CompletionItem, RecoveryReport
 from fredica.store.runner import StoreRunner
 

@@ -20,8 +20,7 @@ from typing import Any
 
 import httpx
 
-from fredica import errors
-from fredica.domain import models
+from fredica.domain import errors, models
 from fredica.executors import extractive, httperrors
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext

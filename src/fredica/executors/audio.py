@@ -19,8 +19,7 @@ import wave
 from pathlib import Path
 from typing import Any
 
-from fredica import errors
-from fredica.domain import models
+from fredica.domain import errors, models
 from fredica.executors import ffmpeg, outputs
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext

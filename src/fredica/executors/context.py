@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from fredica import errors
-from fredica.domain import models
+from fredica.domain import errors, models
 from fredica.executors import process
 from fredica.executors.control import TaskControl
 

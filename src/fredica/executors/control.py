@@ -16,7 +16,7 @@ import os
 import signal
 from collections.abc import Callable
 
-from fredica import errors
+from fredica.domain import errors
 
 logger = logging.getLogger(__name__)
 

@@ -28,8 +28,7 @@ from urllib.parse import unquote, urlsplit
 
 import httpx
 
-from fredica import errors
-from fredica.domain import models
+from fredica.domain import errors, models
 from fredica.executors import download_tools, httperrors, outputs
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext

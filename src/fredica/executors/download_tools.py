@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fredica import errors
+from fredica.domain import errors
 from fredica.executors import ffmpeg, outputs, process
 from fredica.executors.context import TaskContext
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fredica import errors
+from fredica.domain import errors
 from fredica.executors import process
 from fredica.executors.context import TaskContext
 

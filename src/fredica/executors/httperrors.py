@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from fredica import errors
+from fredica.domain import errors
 from fredica.executors.context import TaskContext
 
 T = TypeVar("T")

@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fredica import errors
-from fredica.domain import models
+from fredica.domain import errors, models
 
 META_SUFFIX = ".meta.json"
 META_VERSION = 1

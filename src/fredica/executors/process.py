@@ -23,8 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fredica import errors
-from fredica.domain import models
+from fredica.domain import errors, models
 from fredica.executors.control import TaskControl
 
 logger = logging.getLogger(__name__)

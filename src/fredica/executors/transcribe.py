@@ -21,9 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fredica import errors
 from fredica.capabilities import packaged_models
-from fredica.domain import models
+from fredica.domain import errors, models
 from fredica.executors import outputs
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext

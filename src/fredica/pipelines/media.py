@@ -25,16 +25,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from fredica import errors
 from fredica.capabilities import packaged_models
-from fredica.domain import idempotency, models
+from fredica.domain import errors, idempotency, models
 from fredica.domain.spawn import SpawnInput, SpawnPlan
 from fredica.executors import analyze, audio, download, merge, outputs, transcribe
 from fredica.pipelines.request import PipelineRequest
 from fredica.pipelines.templates import BuildContext, Template
 
 if TYPE_CHECKING:
-    from fredica.registry import Registry
+    from fredica.engine.registry import Registry
 
 DL, SUB = download.DOWNLOAD_VIDEO, download.DOWNLOAD_SUBTITLE
 EXTRACT, SPLIT = audio.EXTRACT_AUDIO, audio.SPLIT_AUDIO

@@ -13,14 +13,14 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fredica import errors
+from fredica.domain import errors
 from fredica.domain.models import NewPipeline, NewTask
 from fredica.domain.spawn import SpawnInput, SpawnPlan
 from fredica.executors import network_test
 from fredica.pipelines.request import PipelineRequest, TaskSpecIn
 
 if TYPE_CHECKING:
-    from fredica.registry import Registry
+    from fredica.engine.registry import Registry
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fredica import errors
+from fredica.domain import errors
 from fredica.domain.models import (
     ErrorType,
     NewPipeline,

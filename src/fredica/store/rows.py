@@ -7,8 +7,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from fredica import errors
-from fredica.domain import states
+from fredica.domain import errors, states
 from fredica.domain.models import (
     CachePolicy,
     CloudPreference,

@@ -16,8 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from fredica import errors
-from fredica.domain import retry
+from fredica.domain import errors, retry
 from fredica.domain.models import (
     CachePolicy,
     ErrorType,

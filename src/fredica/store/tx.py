@@ -17,8 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from fredica import errors
-from fredica.domain import states
+from fredica.domain import errors, states
 from fredica.domain.models import ErrorType, NewTask, Pipeline, TaskStatus
 from fredica.domain.spawn import SpawnPlan
 from fredica.store import schema

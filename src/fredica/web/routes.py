@@ -26,9 +26,10 @@ from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 from starlette.types import Scope
 
-from fredica import __version__, config, errors
+from fredica import __version__
 from fredica.capabilities import catalog, scoring
-from fredica.domain import models
+from fredica.config import schema as config
+from fredica.domain import errors, models
 from fredica.domain.models import ShutdownType, TaskStatus
 from fredica.executors import network_test
 from fredica.node import Node

@@ -19,7 +19,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from fredica import __version__, errors
+from fredica import __version__
+from fredica.domain import errors
 
 app = typer.Typer(
     help="fredica: the machines you already own, working as one media processing cluster.",
@@ -407,10 +408,10 @@ def demo(
     """Generate a short talking video and run the real media pipeline on it: transcript,
     analysis and subtitles (`--engine`: the task-engine demo instead)."""
     if engine:
-        from fredica import demo as demo_mod
+        from fredica.cli import demo as demo_mod
 
         raise typer.Exit(demo_mod.run_demo(console, data_dir=data_dir, node_url=node))
-    from fredica import demo_media
+    from fredica.cli import demo_media
 
     raise typer.Exit(demo_media.run_media_demo(console, data_dir, node))
 
@@ -427,7 +428,7 @@ def process(
     node: Annotated[str | None, typer.Option("--node", help="Use this running node.")] = None,
 ) -> None:
     """Process your own media: download if needed, transcribe, analyse; prints the transcript."""
-    from fredica import demo_media
+    from fredica.cli import demo_media
 
     raise typer.Exit(demo_media.run_process_command(console, source, data_dir, node, template))
 
@@ -452,7 +453,7 @@ def token_create(
     from datetime import UTC, datetime
 
     from fredica import auth, bootstrap
-    from fredica import config as config_mod
+    from fredica.config import schema as config_mod
 
     path, _ = bootstrap.resolve_paths(config, data_dir)
     if not path.exists():
@@ -483,7 +484,7 @@ def token_create(
 
 
 def _mount_config_commands() -> None:
-    from fredica import cli_config
+    from fredica.cli import config_cmd as cli_config
 
     app.add_typer(cli_config.config_app, name="config")
 

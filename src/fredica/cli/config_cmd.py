@@ -16,8 +16,9 @@ from rich.console import Console
 from rich.table import Table
 from ruamel.yaml import YAML
 
-from fredica import config, errors
 from fredica.capabilities import declare, probes
+from fredica.config import schema as config
+from fredica.domain import errors
 
 config_app = typer.Typer(
     name="config",

@@ -27,9 +27,10 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 
-from fredica import config_sections as sections
-from fredica import config_template, errors
 from fredica.capabilities import catalog, task_types
+from fredica.config import sections
+from fredica.config import template as config_template
+from fredica.domain import errors
 
 DEFAULT_CONFIG_PATH = Path(".data") / "worker.yaml"
 

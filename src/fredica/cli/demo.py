@@ -176,7 +176,7 @@ def _pause_and_resume(url: str, task_id: str, console: Console, log: list[str]) 
 
 
 def run_demo(console: Console, data_dir: Path | None = None, node_url: str | None = None) -> int:
-    from fredica.cli import Client, _follow
+    from fredica.cli.main import Client, _follow
 
     with contextlib.ExitStack() as stack:
         base = stack.enter_context(local_http_server())

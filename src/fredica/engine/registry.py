@@ -10,7 +10,7 @@ import importlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from fredica import errors
+from fredica.domain import errors
 
 if TYPE_CHECKING:
     from fredica.domain.spawn import SpawnHook

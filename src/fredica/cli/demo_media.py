@@ -118,7 +118,7 @@ def _node(console: Console, data_dir: Path | None, node_url: str | None) -> Iter
     if node_url is not None:
         yield node_url
         return
-    from fredica.demo import free_port, spawned_node
+    from fredica.cli.demo import free_port, spawned_node
 
     with contextlib.ExitStack() as stack:
         # outputs (SRT, transcript, analysis) must outlive the command: keep them on disk
@@ -181,7 +181,7 @@ def _run(
     node_url: str,
     body: dict[str, Any],
 ) -> int:
-    from fredica.cli import Client, _follow
+    from fredica.cli.main import Client, _follow
 
     client = Client(node_url)
     try:

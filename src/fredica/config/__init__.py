@@ -1,0 +1,1 @@
+"""worker.yaml: the schema (`schema`), its sections (`sections`), the commented template."""
