@@ -16,10 +16,11 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 # Debian packages the tests need (Chromium and fonts for the browser tests, espeak-ng for
-# generated speech); idempotent and quiet.
+# generated speech, PostgreSQL for the PostgreSQL store); idempotent and quiet.
 system-deps:
 	bash scripts/install-browser-deps.sh
 	bash scripts/install-media-deps.sh
+	bash scripts/install-postgres.sh
 
 demo: $(STAMP)
 	$(BIN)/fredica demo

@@ -11,6 +11,7 @@ registry's hooks (as the engine completes). Both are timed separately.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from pathlib import Path
@@ -41,24 +42,23 @@ def _registry() -> Registry:
     return registry
 
 
-def build_backlog(store: SQLiteTaskStore, pending: int) -> None:
+async def build_backlog(store: SQLiteTaskStore, pending: int) -> None:
     """`pending` pending no-op tasks, half blocked on a running parent (one gate per pipeline of
     100 pending tasks, created in one transaction each)."""
-    now = time.time()
     pipelines = max(1, pending // PIPELINE_PENDING)
     for p in range(pipelines):
         gate_id = f"gate-{p}"
         gate = NewTask(type=GATE, id=gate_id)
         ready = tuple(NewTask(type=noop_plugin.NOOP) for _ in range(HALF))
         blocked = tuple(NewTask(type=noop_plugin.NOOP, depends_on=(gate_id,)) for _ in range(HALF))
-        store.create_pipeline(
-            NewPipeline("custom", f"bench-backlog:{p}", (gate, *ready, *blocked)), now
+        await store.create_pipeline(
+            NewPipeline("custom", f"bench-backlog:{p}", (gate, *ready, *blocked))
         )
     # The gates are running on another node: their children stay blocked for the whole run.
-    store.claim(OTHER_NODE, ClaimFilter(limit=pipelines, types=frozenset({GATE}), start=True), now)
+    await store.claim(ClaimFilter(limit=pipelines, types=frozenset({GATE}), start=True), OTHER_NODE)
 
 
-def explain_claim(store: SQLiteTaskStore) -> dict[str, Any]:
+async def explain_claim(store: SQLiteTaskStore) -> dict[str, Any]:
     """EXPLAIN QUERY PLAN of the exact SELECT that `store.claim` runs (captured from the
     connection's trace, so the bench never keeps its own copy of the SQL)."""
     seen: list[str] = []
@@ -66,7 +66,7 @@ def explain_claim(store: SQLiteTaskStore) -> dict[str, Any]:
     conn: sqlite3.Connection = store._conn
     conn.set_trace_callback(seen.append)
     try:
-        store.claim(NODE_ID, ClaimFilter(limit=1, types=frozenset({noop_plugin.NOOP})), time.time())
+        await store.claim(ClaimFilter(limit=1, types=frozenset({noop_plugin.NOOP})), NODE_ID)
     finally:
         conn.set_trace_callback(None)
     query = next(s for s in seen if s.lstrip().upper().startswith("SELECT") and " task " in s)
@@ -79,19 +79,19 @@ def explain_claim(store: SQLiteTaskStore) -> dict[str, Any]:
     }
 
 
-def measure(store: SQLiteTaskStore, registry: Registry, claims: int) -> dict[str, Any]:
+async def measure(store: SQLiteTaskStore, claims: int) -> dict[str, Any]:
     flt = ClaimFilter(limit=1, types=frozenset({noop_plugin.NOOP}), start=True)
     claim_ms: list[float] = []
     complete_ms: list[float] = []
     for _ in range(claims):
         t0 = time.perf_counter()
-        tasks = store.claim(NODE_ID, flt, time.time())
+        tasks = await store.claim(flt, NODE_ID)
         t1 = time.perf_counter()
         if len(tasks) != 1:
             raise RuntimeError(f"expected one ready task, claimed {len(tasks)}")
         task = tasks[0]
-        [outcome] = store.complete_many(
-            [CompletionItem(task.id, task.attempt, {})], NODE_ID, time.time(), registry.spawn_hook
+        [outcome], _ = await store.complete_and_claim(
+            [CompletionItem(task.id, task.attempt, {})], None, NODE_ID
         )
         t2 = time.perf_counter()
         if isinstance(outcome, Exception):
@@ -111,25 +111,30 @@ def measure(store: SQLiteTaskStore, registry: Registry, claims: int) -> dict[str
 
 
 def run(data_dir: Path, sizes: list[int], claims: int) -> dict[str, Any]:
+    return asyncio.run(_run(data_dir, sizes, claims))
+
+
+async def _run(data_dir: Path, sizes: list[int], claims: int) -> dict[str, Any]:
     registry = _registry()
     per_size: dict[str, Any] = {}
     plan: dict[str, Any] | None = None
     for size in sizes:
         path = data_dir / f"claim-{label(size)}" / "fredica.db"
         store = SQLiteTaskStore(path, NODE_ID)
+        store.set_hooks(registry.spawn_hook)
         try:
             t = time.perf_counter()
-            build_backlog(store, size)
+            await build_backlog(store, size)
             built = time.perf_counter() - t
-            counts = store.count_by_status()
+            counts = await store.count_by_status()
             # A quarter of the backlog at most, so the ready half is never drained mid-run.
             k = min(claims, max(1, size // 4))
             log(f"  claim cost: {size} pending built in {built:.1f}s; {k} claims")
-            result = measure(store, registry, k)
+            result = await measure(store, k)
             if plan is None:
-                plan = explain_claim(store)
+                plan = await explain_claim(store)
         finally:
-            store.close()
+            await store.close()
         result.update(
             pending=counts["pending"],
             blocked=size // 2,
@@ -141,8 +146,8 @@ def run(data_dir: Path, sizes: list[int], claims: int) -> dict[str, Any]:
         "sizes": per_size,
         "explain": plan,
         "config": (
-            "store.claim(limit 1, start) + store.complete_many with the registry's hooks, on a "
-            f"fresh database per size; pipelines of {PIPELINE_PENDING} pending tasks, half "
+            "store.claim(limit 1, start) + store.complete_and_claim with the registry hooks, on "
+            f"a fresh database per size; pipelines of {PIPELINE_PENDING} pending tasks, half "
             "blocked on a parent running on another node"
         ),
     }

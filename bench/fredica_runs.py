@@ -22,7 +22,8 @@ from bench import noop_plugin
 from bench.util import async_wait_until, log, mean, percentile, rnd, throughput_result
 from fredica.domain.models import NewPipeline, NewTask
 from fredica.engine.worker import EngineSettings
-from fredica.node import DB_FILENAME, Node, NodeSettings
+from fredica.node import compose
+from fredica.node.service import DB_FILENAME, Node, NodeSettings
 from fredica.pipelines.request import PipelineRequest, TaskSpecIn
 from fredica.store.sqlite import SQLiteTaskStore
 
@@ -78,7 +79,7 @@ async def noop_throughput(
     `node.create_pipeline` while the engine runs, and time first create -> last completion.
 
     If the deadline passes first, the rate is what completed by then (`timed_out: true`)."""
-    node = Node(node_settings(data_dir, max_workers=max_workers))
+    node = compose.build_node(node_settings(data_dir, max_workers=max_workers))
     await node.start()
     try:
         # Requests are built inside the timed section: building them is part of creating work
@@ -130,7 +131,7 @@ async def idle_latency(
     engine sees it only at its next poll. Each sample waits until the engine is in its idle
     back-off, then inserts at a random point of the idle interval (a fixed pause would lock onto
     the poll timer's phase and report one latency over and over)."""
-    node = Node(
+    node = compose.build_node(
         node_settings(data_dir, poll_interval=poll_interval, idle_poll_interval=idle_poll_interval)
     )
     await node.start()
@@ -171,13 +172,13 @@ async def idle_latency(
                 material_id=f"bench-latency:{task_id}",
                 tasks=(NewTask(type=noop_plugin.NOOP, id=task_id),),
             )
-            await asyncio.to_thread(other.create_pipeline, spec, time.time())
+            await other.create_pipeline(spec)
             poll_ids.append(task_id)
             await wait_done(node.engine.stats["completed"] + 1)
         push_ms = [await _latency_ms(node, t) for t in push_ids]
         poll_ms = [await _latency_ms(node, t) for t in poll_ids]
     finally:
-        await asyncio.to_thread(other.close)
+        await other.close()
         await node.stop(grace=STOP_GRACE)
     return {
         "push_samples": len(push_ms),
@@ -202,7 +203,7 @@ async def idle_latency(
 
 
 async def _latency_ms(node: Node, task_id: str) -> float:
-    task = await node.db.call(node.store.get_task, task_id)
+    task = await node.get_task(task_id)
     if task.started_at is None:
         raise RuntimeError(f"task {task_id} never started")
     return (task.started_at - task.created_at) * 1000.0
@@ -216,7 +217,7 @@ async def fanout(
     transaction, MERGE waits for all of them. Wall time from the pipeline's stored created_at
     to its completed_at, and the database size right after (before the node stops, because a
     clean close checkpoints and removes the WAL)."""
-    node = Node(node_settings(data_dir, max_workers=max_workers))
+    node = compose.build_node(node_settings(data_dir, max_workers=max_workers))
     await node.start()
     total = chunks + 2
     try:
@@ -229,7 +230,7 @@ async def fanout(
         )
         _check_engine(node)
         sizes = _db_bytes(data_dir)
-        stored = await node.db.call(node.store.get_pipeline, pipeline.id)
+        stored = await node.get_pipeline(pipeline.id)
         done = node.engine.stats["completed"]
     finally:
         await node.stop(grace=STOP_GRACE)

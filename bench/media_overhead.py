@@ -24,7 +24,8 @@ from fredica.cli import demo_media
 from fredica.domain.models import PipelineStatus
 from fredica.engine.worker import EngineSettings
 from fredica.executors import audio, ffmpeg
-from fredica.node import Node, NodeSettings
+from fredica.node import compose
+from fredica.node.service import NodeSettings
 from fredica.pipelines.request import PipelineRequest
 
 SENTENCES = (
@@ -77,7 +78,7 @@ async def pipeline(video: Path, work: Path, chunk_sec: float, workers: int) -> f
         idle_poll_interval=0.2, heartbeat_interval=1.0, stale_after=60, reclaim_after=120,
         progress_flush_interval=0.2, shutdown_grace=5,
     )  # fmt: skip
-    node = Node(NodeSettings(node_id="bench", data_dir=data, engine=engine))
+    node = compose.build_node(NodeSettings(node_id="bench", data_dir=data, engine=engine))
     await node.start()
     try:
         started = time.perf_counter()
@@ -87,7 +88,7 @@ async def pipeline(video: Path, work: Path, chunk_sec: float, workers: int) -> f
         )  # fmt: skip
         created, _ = await node.create_pipeline(request)
         while True:
-            p = await node.db.call(node.store.get_pipeline, created.id)
+            p = await node.get_pipeline(created.id)
             if p.status.is_terminal:
                 break
             await asyncio.sleep(0.05)

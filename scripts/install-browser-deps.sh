@@ -28,7 +28,7 @@ export DEBIAN_FRONTEND=noninteractive
 lists=/var/lib/apt/lists
 if [ -z "$(find "$lists" -maxdepth 1 -name '*_Packages*' -mmin -1440 -print -quit 2>/dev/null)" ] \
     || ! apt-cache show "${missing[@]}" >/dev/null 2>&1; then
-    $SUDO apt-get update -qq >/dev/null
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
 fi
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "installed: ${missing[*]}"

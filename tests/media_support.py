@@ -83,7 +83,7 @@ def parse_srt(text: str) -> list[tuple[float, float, str]]:
     return out
 
 
-def make_context(
+async def make_context(
     tmp_path: Path,
     task_type: str,
     payload: dict[str, Any],
@@ -95,11 +95,11 @@ def make_context(
     """A real task row (from a real store) and a context for running one executor."""
     store = SQLiteTaskStore(tmp_path / "ctx.db", "node-t")
     try:
-        task = store.add_task(
-            NewTask(type=task_type, payload=payload, cache_policy=cache_policy), time.time()
+        task = await store.add_task(
+            NewTask(type=task_type, payload=payload, cache_policy=cache_policy)
         )
     finally:
-        store.close()
+        await store.close()
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
     return TaskContext(

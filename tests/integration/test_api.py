@@ -14,14 +14,15 @@ import pytest
 
 from fredica.api.app import create_app
 from fredica.cli.demo import local_http_server
-from fredica.node import Node
+from fredica.node import compose
+from fredica.node.service import Node
 
 from .test_engine import fast_settings
 
 
 @pytest.fixture
 async def api(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Node]]:
-    node = Node(fast_settings(tmp_path))
+    node = compose.build_node(fast_settings(tmp_path))
     await node.start()
     app = create_app(node, manage_lifecycle=False)
     transport = httpx.ASGITransport(app=app)
@@ -150,8 +151,8 @@ async def test_bad_input_is_a_clear_4xx_and_writes_nothing(
     r = await client.post("/api/v1/pipelines", **kwargs)
     assert r.status_code == status, r.text
     assert fragment in r.json()["error"]
-    assert await node.db.call(node.store.list_pipelines) == []
-    assert await node.db.call(node.store.list_tasks) == []
+    assert await node.list_pipelines() == []
+    assert await node.list_tasks() == []
 
 
 async def test_task_actions_and_their_refusals(api) -> None:
@@ -238,7 +239,7 @@ async def test_network_test_route_rejects_bad_bodies(api) -> None:
     assert r.status_code == 422 and "timeout_ms" in r.json()["error"]
     r = await client.post("/api/v1/NetworkTestRoute", json={"urls": ["file:///etc/passwd"]})
     assert r.status_code == 422 and "not an http" in r.json()["error"]
-    assert await node.db.call(node.store.list_tasks) == []
+    assert await node.list_tasks() == []
 
 
 async def test_health_status_and_metrics(api) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -14,7 +15,8 @@ import pytest
 
 from fredica.domain.models import PipelineStatus, TaskStatus
 from fredica.engine.worker import EngineSettings
-from fredica.node import Node, NodeSettings
+from fredica.node import compose
+from fredica.node.service import DB_FILENAME, Node, NodeSettings
 from fredica.pipelines.request import PipelineRequest
 
 S = TaskStatus
@@ -40,7 +42,7 @@ def fast_settings(tmp_path: Path, **overrides: Any) -> NodeSettings:
 
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[Node]:
-    n = Node(fast_settings(tmp_path))
+    n = compose.build_node(fast_settings(tmp_path))
     await n.start()
     yield n
     await n.stop(grace=2)
@@ -64,11 +66,11 @@ async def create(node: Node, tasks: list[dict[str, Any]], **kw: Any) -> tuple[st
 
 
 async def task(node: Node, task_id: str):
-    return await node.db.call(node.store.get_task, task_id)
+    return await node.get_task(task_id)
 
 
 async def pipeline_done(node: Node, pid: str):
-    p = await node.db.call(node.store.get_pipeline, pid)
+    p = await node.get_pipeline(pid)
     return p if p.status.is_terminal else None
 
 
@@ -127,7 +129,7 @@ async def test_transient_failures_retry_until_success(node: Node) -> None:
     t = await task(node, refs["f"])
     assert p.status is PipelineStatus.COMPLETED
     assert (t.attempt, t.retry_count, t.result) == (3, 2, {"attempt": 3})
-    kinds = [e.event_type for e in await node.db.call(node.store.task_events, t.id)]
+    kinds = [e.event_type for e in await node.task_events(t.id)]
     assert kinds.count("retry") == 2
 
 
@@ -192,7 +194,7 @@ async def test_rate_limited_waits_for_retry_after(node: Node) -> None:
     second = await wait_for(
         lambda: _with(task(node, refs["f"]), lambda x: x.retry_count == 2 and x)
     )
-    events = await node.db.call(node.store.task_events, second.id)
+    events = await node.task_events(second.id)
     claims = [e.occurred_at for e in events if e.event_type == "claimed"]
     assert claims[1] - claims[0] >= 0.5
 
@@ -232,7 +234,7 @@ async def test_pause_really_stops_the_child_process_and_resume_continues(
     await wait_for(lambda: counter_value(counter) != frozen)
     p = await wait_for(lambda: pipeline_done(node, pid))
     assert p.status is PipelineStatus.COMPLETED
-    kinds = [e.event_type for e in await node.db.call(node.store.task_events, refs["burn"])]
+    kinds = [e.event_type for e in await node.task_events(refs["burn"])]
     assert "paused" in kinds and "resumed" in kinds
 
 
@@ -300,7 +302,7 @@ async def test_self_requested_pause_in_subprocess(node: Node, tmp_path: Path) ->
     assert marker.read_text() == "waiting" and t.status is S.RUNNING
     await asyncio.sleep(0.5)
     assert marker.read_text() == "waiting"  # it really waits for the resume
-    events = await node.db.call(node.store.task_events, refs["s"])
+    events = await node.task_events(refs["s"])
     assert any(e.event_type == "paused" and e.message == "gpu_oom" for e in events)
     await node.task_action(refs["s"], "resume")
     p = await wait_for(lambda: pipeline_done(node, pid))
@@ -325,7 +327,7 @@ async def test_work_that_pauses_and_resumes_itself(node: Node, tmp_path: Path) -
     marker.touch()  # the resource appears; no user action
     p = await wait_for(lambda: pipeline_done(node, pid))
     assert p.status is PipelineStatus.COMPLETED
-    kinds = [e.event_type for e in await node.db.call(node.store.task_events, refs["s"])]
+    kinds = [e.event_type for e in await node.task_events(refs["s"])]
     assert kinds.index("paused") < kinds.index("resumed") < kinds.index("completed")
 
 
@@ -359,7 +361,7 @@ async def test_spawning_at_completion(node: Node) -> None:
     )
     p = await wait_for(lambda: pipeline_done(node, pipeline.id))
     assert p.status is PipelineStatus.COMPLETED and p.total_tasks == 6
-    tasks = await node.db.call(node.store.list_tasks, pipeline.id)
+    tasks = await node.list_tasks(pipeline.id)
     merge = next(t for t in tasks if t.payload.get("role") == "merge")
     chunks = [t for t in tasks if t.payload.get("role") == "chunk"]
     assert len(chunks) == 4 and merge.payload["chunk_count"] == 4
@@ -367,7 +369,7 @@ async def test_spawning_at_completion(node: Node) -> None:
 
 
 async def test_max_workers_bounds_concurrency(tmp_path: Path) -> None:
-    n = Node(fast_settings(tmp_path, max_workers=3))
+    n = compose.build_node(fast_settings(tmp_path, max_workers=3))
     await n.start()
     try:
         pid, refs = await create(
@@ -387,7 +389,7 @@ async def test_max_workers_bounds_concurrency(tmp_path: Path) -> None:
 
 
 async def test_graceful_stop_releases_unfinished_work(tmp_path: Path) -> None:
-    n = Node(fast_settings(tmp_path, shutdown_grace=0.3))
+    n = compose.build_node(fast_settings(tmp_path, shutdown_grace=0.3))
     await n.start()
     pid, refs = await create(
         n,
@@ -398,13 +400,13 @@ async def test_graceful_stop_releases_unfinished_work(tmp_path: Path) -> None:
     )
     await wait_for(lambda: _with(task(n, refs["quick"]), lambda x: x.status is S.RUNNING))
     await n.stop()
-    n2 = Node(fast_settings(tmp_path))
-    quick = n2.store.get_task(refs["quick"])
-    slow = n2.store.get_task(refs["slow"])
+    n2 = compose.build_node(fast_settings(tmp_path))
+    quick = await n2.get_task(refs["quick"])
+    slow = await n2.get_task(refs["slow"])
     assert quick.status is S.COMPLETED  # finished within the grace period
     assert (slow.status, slow.retry_count, slow.claimed_by) == (S.PENDING, 0, None)
-    assert n2.store.get_config("last_shutdown_type") == "CLEAN"
-    n2.db.close()
+    assert await n2.get_setting("last_shutdown_type") == "CLEAN"
+    await n2.close()
 
 
 async def test_a_zombie_attempt_cannot_report(node: Node) -> None:
@@ -412,20 +414,14 @@ async def test_a_zombie_attempt_cannot_report(node: Node) -> None:
         node, [{"ref": "z", "type": "TEST_SLEEP", "payload": {"seconds": 1.0}}]
     )
     t = await wait_for(lambda: _with(task(node, refs["z"]), lambda x: x.status is S.RUNNING and x))
-    # another node reclaims and claims it behind this node's back
-    store = node.store
-    await node.db.call(
-        lambda: store._conn.execute(
-            "UPDATE task SET status='pending', claimed_by=NULL WHERE id=?", (t.id,)
-        )
-    )
-    await node.db.call(
-        lambda: store._conn.execute(
+    # another node reclaims and claims it behind this node's back (written to the file
+    # directly: no store operation would take a running task from its claimer)
+    with sqlite3.connect(node.settings.data_dir / DB_FILENAME, isolation_level=None) as raw:
+        raw.execute(
             "UPDATE task SET status='running', claimed_by='node-other', "
             "attempt=attempt+1 WHERE id=?",
             (t.id,),
         )
-    )
     await asyncio.sleep(1.5)
     after = await task(node, t.id)
     assert (after.status, after.claimed_by, after.result) == (S.RUNNING, "node-other", None)
@@ -460,7 +456,7 @@ ANALYZE_PROVIDER = {
 
 
 async def test_backend_is_chosen_recorded_and_max_concurrent_respected(tmp_path: Path) -> None:
-    n = Node(settings_with_config(tmp_path, ANALYZE_PROVIDER))
+    n = compose.build_node(settings_with_config(tmp_path, ANALYZE_PROVIDER))
     await n.start()
     try:
         assert "TEST_ANALYZE" in n.engine.claimable_types()
@@ -483,7 +479,7 @@ async def test_backend_is_chosen_recorded_and_max_concurrent_respected(tmp_path:
         assert set(by_backend) == {"deepseek-api", "local-extractive"}
         assert by_backend["deepseek-api"].result["has_key"] is True
         assert by_backend["local-extractive"].result["has_key"] is False
-        events = await n.db.call(n.store.task_events, by_backend["deepseek-api"].id)
+        events = await n.task_events(by_backend["deepseek-api"].id)
         backend_events = [e.message for e in events if e.event_type == "backend"]
         assert backend_events and backend_events[0].startswith("deepseek-api score=75")
     finally:
@@ -494,7 +490,7 @@ async def test_a_saturated_backend_is_not_called_twice(tmp_path: Path) -> None:
     cfg = {"capabilities": {"ai_analyze": {"enabled": True, "providers": [
         {"backend": "deepseek-api", "api_key": "sk-test", "model": "deepseek-v3",
          "score": 75, "max_concurrent": 1}]}}}  # fmt: skip
-    n = Node(settings_with_config(tmp_path, cfg))
+    n = compose.build_node(settings_with_config(tmp_path, cfg))
     await n.start()
     try:
         # without the built-in fallback (disabled by hiding it), the second task must wait
@@ -519,7 +515,9 @@ def only_backends(selector, names):
 
 
 async def test_a_node_claims_only_what_it_can_serve(tmp_path: Path) -> None:
-    n = Node(settings_with_config(tmp_path, {"capabilities": {"ai_analyze": {"enabled": False}}}))
+    n = compose.build_node(
+        settings_with_config(tmp_path, {"capabilities": {"ai_analyze": {"enabled": False}}})
+    )
     await n.start()
     try:
         assert "TEST_ANALYZE" not in n.engine.claimable_types()
@@ -542,7 +540,7 @@ async def test_a_node_claims_only_what_it_can_serve(tmp_path: Path) -> None:
 
 
 async def test_a_task_that_finds_its_backend_busy_is_released_not_failed(tmp_path: Path) -> None:
-    n = Node(settings_with_config(tmp_path, ANALYZE_PROVIDER))
+    n = compose.build_node(settings_with_config(tmp_path, ANALYZE_PROVIDER))
     await n.start()
     try:
         # occupy the only deepseek-api slot behind the claim filter's back (a lost race)
@@ -551,7 +549,7 @@ async def test_a_task_that_finds_its_backend_busy_is_released_not_failed(tmp_pat
         pid, refs = await create(n, [{"ref": "a", "type": "TEST_ANALYZE"}])
         await wait_for(
             lambda: _with(
-                n.db.call(n.store.task_events, refs["a"]),
+                n.task_events(refs["a"]),
                 lambda events: any(e.event_type == "released" for e in events),
             )
         )

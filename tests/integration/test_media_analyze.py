@@ -110,8 +110,8 @@ def providers() -> Iterator[FakeProviders]:
     fake.httpd.server_close()
 
 
-def _ctx(tmp_path: Path, backend: str, config: dict[str, Any]) -> Any:
-    return make_context(
+async def _ctx(tmp_path: Path, backend: str, config: dict[str, Any]) -> Any:
+    return await make_context(
         tmp_path,
         "AI_ANALYZE",
         {"text": TRANSCRIPT, "segments": SEGMENTS, "language": "en"},
@@ -135,7 +135,7 @@ async def test_remote_backends_speak_their_protocol(
     config = {
         k: v.format(url=providers.url) if isinstance(v, str) else v for k, v in config.items()
     }
-    ctx = _ctx(tmp_path, backend, config)
+    ctx = await _ctx(tmp_path, backend, config)
     result = (await analyze.AiAnalyzeExecutor().execute(ctx.task, ctx)).result_json
     assert result is not None
     assert result["summary"] == REPLY["summary"] and result["tags"] == REPLY["tags"]
@@ -156,7 +156,7 @@ async def test_rate_limit_and_bad_key_are_classified(
 ) -> None:
     config = {"base_url": f"{providers.url}/v1", "api_key": "sk-test"}
     providers.status = 429
-    ctx = _ctx(tmp_path, "openai-api", config)
+    ctx = await _ctx(tmp_path, "openai-api", config)
     with pytest.raises(errors.RateLimitedError) as limited:
         await analyze.AiAnalyzeExecutor().execute(ctx.task, ctx)
     assert limited.value.retry_after_sec == 17 and "quota exceeded" in limited.value.message
@@ -169,13 +169,13 @@ async def test_rate_limit_and_bad_key_are_classified(
 
 
 async def test_cloud_backend_without_key_awaits_credentials(tmp_path: Path) -> None:
-    ctx = _ctx(tmp_path, "anthropic-api", {})
+    ctx = await _ctx(tmp_path, "anthropic-api", {})
     with pytest.raises(errors.AwaitingCredentialError, match="needs an API key"):
         await analyze.AiAnalyzeExecutor().execute(ctx.task, ctx)
 
 
 async def test_local_extractive_needs_no_server(tmp_path: Path) -> None:
-    ctx = _ctx(tmp_path, "local-extractive", {})
+    ctx = await _ctx(tmp_path, "local-extractive", {})
     result = (await analyze.AiAnalyzeExecutor().execute(ctx.task, ctx)).result_json
     assert result is not None and result["backend"] == "local-extractive"
     sentences = result["summary_sentences"]

@@ -33,7 +33,9 @@ async def test_extract_audio_writes_16k_mono_wav_and_reuses_it(
 ) -> None:
     speech, video = media
     payload = {"video_path": str(video), "output_path": "audio/m1/audio.wav"}
-    ctx = make_context(tmp_path, "EXTRACT_AUDIO", payload, cache_policy=CachePolicy.CHECK_EXISTING)
+    ctx = await make_context(
+        tmp_path, "EXTRACT_AUDIO", payload, cache_policy=CachePolicy.CHECK_EXISTING
+    )
     executor = audio.ExtractAudioExecutor()
     assert await executor.can_skip(ctx.task, ctx) is None
     result = (await executor.execute(ctx.task, ctx)).result_json
@@ -56,7 +58,7 @@ async def test_split_cuts_in_pauses_with_exact_offsets(
 ) -> None:
     speech, _ = media
     payload = {"audio_path": str(speech), "chunk_duration_sec": 5, "output_dir": "chunks/m1"}
-    ctx = make_context(tmp_path, "SPLIT_AUDIO", payload)
+    ctx = await make_context(tmp_path, "SPLIT_AUDIO", payload)
     result = (await audio.SplitAudioExecutor().execute(ctx.task, ctx)).result_json
     assert result is not None
     chunks = result["chunks"]
@@ -82,7 +84,7 @@ async def test_transcribe_chunk_shifts_timestamps_and_hears_the_words(
     tmp_path: Path, media: tuple[Path, Path]
 ) -> None:
     speech, _ = media
-    ctx = make_context(
+    ctx = await make_context(
         tmp_path,
         "TRANSCRIBE_CHUNK",
         {"audio_path": str(speech), "chunk_index": 4, "chunk_start_sec": 100.0, "language": "en"},
@@ -103,7 +105,7 @@ async def test_merge_writes_all_formats(tmp_path: Path) -> None:
         {"index": 1, "segments": [{"start": 5.0, "end": 7.0, "text": "second part"}]},
         {"index": 0, "segments": [{"start": 0.0, "end": 5.5, "text": "first part"}]},
     ]
-    ctx = make_context(tmp_path, "MERGE_TRANSCRIPTION", {"chunks": chunks, "chunk_count": 3})
+    ctx = await make_context(tmp_path, "MERGE_TRANSCRIPTION", {"chunks": chunks, "chunk_count": 3})
     result = (await merge.MergeTranscriptionExecutor().execute(ctx.task, ctx)).result_json
     assert result is not None
     assert result["text"] == "first part second part" and result["missing_chunks"] == [2]
@@ -116,7 +118,7 @@ async def test_merge_writes_all_formats(tmp_path: Path) -> None:
 async def test_corrupt_media_is_permanent_with_ffmpegs_message(tmp_path: Path) -> None:
     bad = tmp_path / "broken.mp4"
     bad.write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"garbage" * 500)
-    ctx = make_context(tmp_path, "EXTRACT_AUDIO", {"video_path": str(bad)})
+    ctx = await make_context(tmp_path, "EXTRACT_AUDIO", {"video_path": str(bad)})
     with pytest.raises(errors.PermanentError) as info:
         await audio.ExtractAudioExecutor().execute(ctx.task, ctx)
     assert "broken.mp4" in info.value.message
@@ -128,7 +130,7 @@ async def test_missing_model_is_permanent_and_says_where_it_looked(
 ) -> None:
     speech, _ = media
     payload = {"audio_path": str(speech), "model_name": "large-v9-nowhere"}
-    ctx = make_context(tmp_path, "TRANSCRIBE_CHUNK", payload)
+    ctx = await make_context(tmp_path, "TRANSCRIBE_CHUNK", payload)
     with pytest.raises(errors.PermanentError) as info:
         await transcribe.TranscribeChunkExecutor().execute(ctx.task, ctx)
     message = info.value.message
@@ -140,7 +142,7 @@ async def test_language_detection_needs_a_multilingual_model(
     tmp_path: Path, media: tuple[Path, Path]
 ) -> None:
     speech, _ = media
-    ctx = make_context(tmp_path, "DETECT_LANGUAGE", {"audio_path": str(speech)})
+    ctx = await make_context(tmp_path, "DETECT_LANGUAGE", {"audio_path": str(speech)})
     with pytest.raises(errors.PermanentError, match="English-only and cannot detect"):
         await transcribe.DetectLanguageExecutor().execute(ctx.task, ctx)
 
@@ -155,7 +157,7 @@ async def test_http_download_resumes_with_range(tmp_path: Path, media: tuple[Pat
     with serve_files(root) as server:
         url = f"{server.url}/talk.mp4"
         payload = {"source_url": url, "output_dir": "downloads/m1"}
-        ctx = make_context(tmp_path, "DOWNLOAD_VIDEO", payload, backend="http")
+        ctx = await make_context(tmp_path, "DOWNLOAD_VIDEO", payload, backend="http")
         out = ctx.data_dir / "downloads" / "m1"
         out.mkdir(parents=True)
         # a previous attempt stopped half-way
@@ -182,7 +184,7 @@ async def test_http_status_errors_are_classified(
     tmp_path: Path, path: str, error: type[errors.TaskError], text: str
 ) -> None:
     with serve_files(tmp_path) as server:
-        ctx = make_context(tmp_path, "DOWNLOAD_VIDEO", {"source_url": server.url + path})
+        ctx = await make_context(tmp_path, "DOWNLOAD_VIDEO", {"source_url": server.url + path})
         with pytest.raises(error) as info:
             await download.DownloadVideoExecutor().execute(ctx.task, ctx)
     assert text in info.value.message and server.url.split("//")[1] in info.value.message
@@ -193,7 +195,7 @@ async def test_http_status_errors_are_classified(
 async def test_unreachable_and_slow_servers_are_transient(tmp_path: Path) -> None:
     from fredica.cli.demo import free_port
 
-    ctx = make_context(
+    ctx = await make_context(
         tmp_path, "DOWNLOAD_VIDEO", {"source_url": f"http://127.0.0.1:{free_port()}/v.mp4"}
     )
     with pytest.raises(errors.TransientError, match="connection refused"):
@@ -201,7 +203,7 @@ async def test_unreachable_and_slow_servers_are_transient(tmp_path: Path) -> Non
     with serve_files(tmp_path) as server:
         server.slow_sec = 2.0
         (tmp_path / "v.mp4").write_bytes(b"x" * 100)
-        ctx = make_context(
+        ctx = await make_context(
             tmp_path,
             "DOWNLOAD_VIDEO",
             {"source_url": f"{server.url}/slow/v.mp4"},
@@ -221,7 +223,7 @@ async def test_curl_and_aria2c_backends(
     shutil.copy(video, root / "talk.mp4")
     executor = download.DownloadVideoExecutor()
     with serve_files(root) as server:
-        ctx = make_context(
+        ctx = await make_context(
             tmp_path, "DOWNLOAD_VIDEO", {"source_url": f"{server.url}/talk.mp4"}, backend=backend
         )
         result = (await executor.execute(ctx.task, ctx)).result_json
@@ -232,14 +234,16 @@ async def test_curl_and_aria2c_backends(
             ("/status/503", errors.TransientError, "503"),
         ]:
             url = server.url + path
-            ctx = make_context(tmp_path, "DOWNLOAD_VIDEO", {"source_url": url}, backend=backend)
+            ctx = await make_context(
+                tmp_path, "DOWNLOAD_VIDEO", {"source_url": url}, backend=backend
+            )
             with pytest.raises(error, match=text):
                 await executor.execute(ctx.task, ctx)
 
 
 async def test_file_backend_links_a_local_source(tmp_path: Path, media: tuple[Path, Path]) -> None:
     _, video = media
-    ctx = make_context(tmp_path, "DOWNLOAD_VIDEO", {"source_url": f"file://{video}"})
+    ctx = await make_context(tmp_path, "DOWNLOAD_VIDEO", {"source_url": f"file://{video}"})
     result = (await download.DownloadVideoExecutor().execute(ctx.task, ctx)).result_json
     assert result is not None and result["backend"] == "file"
     assert Path(result["video_path"]).read_bytes() == video.read_bytes()
@@ -260,7 +264,7 @@ async def test_ytdlp_and_hls_ffmpeg_backends(tmp_path: Path, media: tuple[Path, 
         check=True,
     )  # fmt: skip
     with serve_files(root) as server:
-        ctx = make_context(
+        ctx = await make_context(
             tmp_path,
             "DOWNLOAD_VIDEO",
             {"source_url": f"{server.url}/talk.mp4"},
@@ -268,7 +272,9 @@ async def test_ytdlp_and_hls_ffmpeg_backends(tmp_path: Path, media: tuple[Path, 
         )
         result = (await download.DownloadVideoExecutor().execute(ctx.task, ctx)).result_json
         assert result is not None and Path(result["video_path"]).stat().st_size > 1000
-        ctx = make_context(tmp_path, "DOWNLOAD_VIDEO", {"source_url": f"{server.url}/live.m3u8"})
+        ctx = await make_context(
+            tmp_path, "DOWNLOAD_VIDEO", {"source_url": f"{server.url}/live.m3u8"}
+        )
         result = (await download.DownloadVideoExecutor().execute(ctx.task, ctx)).result_json
         assert result is not None and result["backend"] == "hls-ffmpeg"
         info = await ffmpeg.probe(ctx, result["video_path"])
@@ -276,7 +282,7 @@ async def test_ytdlp_and_hls_ffmpeg_backends(tmp_path: Path, media: tuple[Path, 
 
 
 async def test_bilibili_subtitles_without_login_await_credentials(tmp_path: Path) -> None:
-    ctx = make_context(
+    ctx = await make_context(
         tmp_path, "DOWNLOAD_SUBTITLE", {"source_url": "https://www.bilibili.com/video/BV1xx411c7mD"}
     )
     with pytest.raises(errors.AwaitingCredentialError, match="sessdata"):
@@ -290,7 +296,7 @@ async def test_shipped_demo_sample_is_the_demo_text(tmp_path: Path) -> None:
 
     require_media_tools()
     video = demo_media.make_video(demo_media.SHIPPED_SAMPLE, tmp_path / "demo.mp4")
-    ctx = make_context(tmp_path, "TRANSCRIBE_CHUNK", {"audio_path": str(video)})
+    ctx = await make_context(tmp_path, "TRANSCRIBE_CHUNK", {"audio_path": str(video)})
     result = (await transcribe.TranscribeChunkExecutor().execute(ctx.task, ctx)).result_json
     assert result is not None
     wer = word_error_rate(" ".join(demo_media.DEMO_SENTENCES), result["text"])

@@ -22,7 +22,8 @@ from fredica.api.app import create_app
 from fredica.cli.demo import free_port
 from fredica.domain.models import NewPipeline, NewTask
 from fredica.executors import network_test
-from fredica.node import KEY_LAST_SHUTDOWN, Node
+from fredica.node import compose
+from fredica.node.service import KEY_LAST_SHUTDOWN, Node
 from fredica.store.base import ClaimFilter
 from fredica.store.sqlite import SQLiteTaskStore
 from fredica.web import routes
@@ -32,7 +33,7 @@ from .test_engine import fast_settings
 
 @pytest.fixture
 async def web(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Node]]:
-    node = Node(fast_settings(tmp_path / "data"))
+    node = compose.build_node(fast_settings(tmp_path / "data"))
     await node.start()
     app = create_app(node, manage_lifecycle=False)
     transport = httpx.ASGITransport(app=app)
@@ -223,7 +224,7 @@ async def test_result_files_are_served_only_from_the_task_dir(web, tmp_path: Pat
 
 
 # --- crash recovery ------------------------------------------------------------------------------
-def prepare_crash(data_dir: Path, node_id: str) -> dict[str, str]:
+async def prepare_crash(data_dir: Path, node_id: str) -> dict[str, str]:
     """A database as a crash leaves it: the shutdown flag never reached CLEAN, one task of this
     node's pipeline running on another node (b), two waiting behind it."""
     store = SQLiteTaskStore(data_dir / "fredica.db", node_id)
@@ -237,18 +238,18 @@ def prepare_crash(data_dir: Path, node_id: str) -> dict[str, str]:
                 NewTask("TEST_SLEEP", id="t-wait-2", depends_on=("t-remote",)),
             ),
         )
-        pipeline, _ = store.create_pipeline(spec, time.time())
-        (claimed,) = store.claim("node-b", ClaimFilter(limit=1, start=True), time.time())
+        pipeline, _ = await store.create_pipeline(spec)
+        (claimed,) = await store.claim(ClaimFilter(limit=1, start=True), "node-b")
         assert claimed.id == "t-remote"
-        store.set_config(KEY_LAST_SHUTDOWN, "PENDING_CHECK", time.time())
+        await store.set_config(KEY_LAST_SHUTDOWN, "PENDING_CHECK")
     finally:
-        store.close()
+        await store.close()
     return {"pipeline": pipeline.id}
 
 
 @contextlib.asynccontextmanager
 async def restarted(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Node]]:
-    node = Node(fast_settings(tmp_path / "data"))
+    node = compose.build_node(fast_settings(tmp_path / "data"))
     await node.start()
     transport = httpx.ASGITransport(app=create_app(node, manage_lifecycle=False))
     try:
@@ -261,7 +262,7 @@ async def restarted(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, No
 async def test_recovery_question_after_a_crash(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    ids = prepare_crash(data, "node-t")
+    ids = await prepare_crash(data, "node-t")
     async with restarted(tmp_path) as (client, node):
         state = (await client.get("/api/v1/recovery")).json()
         assert state["previous_shutdown_type"] == "CRASH"
@@ -304,7 +305,7 @@ async def test_recovery_question_after_a_crash(tmp_path: Path) -> None:
 async def test_recovery_cancel_all_and_a_later_crash_asks_again(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    ids = prepare_crash(data, "node-t")
+    ids = await prepare_crash(data, "node-t")
     async with restarted(tmp_path) as (client, _):
         r = await client.post("/api/v1/recovery", json={"action": "cancel_all"})
         assert r.status_code == 200 and r.json()["cancelled_pipelines"] == 1
@@ -316,8 +317,8 @@ async def test_recovery_cancel_all_and_a_later_crash_asks_again(tmp_path: Path) 
         assert statuses["t-remote"]["cancel_requested"] is True
     # A second crash: the flag left at PENDING_CHECK (the clean stop above wrote CLEAN).
     store = SQLiteTaskStore(data / "fredica.db", "node-t")
-    store.set_config(KEY_LAST_SHUTDOWN, "PENDING_CHECK", time.time())
-    store.close()
+    await store.set_config(KEY_LAST_SHUTDOWN, "PENDING_CHECK")
+    await store.close()
     async with restarted(tmp_path) as (client, _):
         state = (await client.get("/api/v1/recovery")).json()
         assert state["previous_shutdown_type"] == "CRASH"

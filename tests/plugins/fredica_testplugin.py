@@ -64,6 +64,41 @@ class SleepExecutor(TaskExecutor):
         )
 
 
+class EffectExecutor(TaskExecutor):
+    """Logs `start` and `end` lines of its attempt to a shared effect log (one JSON line each,
+    appended atomically), sleeping `seconds` between them: tests count how often each task's
+    effect happened, and on which node and attempt."""
+
+    task_type = "TEST_EFFECT"
+
+    async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
+        import asyncio
+        import json
+
+        log = Path(task.payload["effect_log"])
+
+        def line(phase: str) -> None:
+            entry = {
+                "task": task.id,
+                "attempt": task.attempt,
+                "node": ctx.node_id,
+                "pid": os.getpid(),
+                "phase": phase,
+                "t": time.time(),
+            }
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, (json.dumps(entry) + "\n").encode())
+            finally:
+                os.close(fd)
+
+        line("start")
+        await asyncio.sleep(float(task.payload.get("seconds", 0.01)))
+        await ctx.checkpoint()
+        line("end")
+        return ExecuteResult({"attempt": task.attempt, "node": ctx.node_id})
+
+
 class BurnExecutor(TaskExecutor):
     """Runs a CPU-burning child process for `seconds` (pause = SIGSTOP, cancel = terminate)."""
 
@@ -234,6 +269,7 @@ class FanOutTemplate(Template):
 def register(registry: Registry) -> None:
     for executor in (
         SleepExecutor(),
+        EffectExecutor(),
         BurnExecutor(),
         SubprocessExecutor(),
         FailExecutor(),

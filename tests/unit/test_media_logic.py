@@ -108,7 +108,7 @@ def test_long_template_routes_detected_language_into_spawned_chunks(tmp_path: Pa
     spec = template.build(request, BuildContext(frozenset(), "node-1"))
     by_type = {t.type: t for t in spec.tasks}
     assert "DETECT_LANGUAGE" in by_type  # a multilingual model and language=auto
-    assert by_type["EXTRACT_AUDIO"].node_affinity == "HARD:node-1"
+    assert by_type["EXTRACT_AUDIO"].affinity == models.Affinity.hard("node-1")
     pipeline = _pipeline(spec)
     S = models.TaskStatus
     detect = _task(by_type["DETECT_LANGUAGE"], S.COMPLETED, {"language": "de", "confidence": 0.9})

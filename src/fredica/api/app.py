@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from fredica import __version__, auth
 from fredica.domain import errors
 from fredica.domain.models import TaskStatus
-from fredica.node import Node
+from fredica.node.service import Node
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
 
 logger = logging.getLogger(__name__)
@@ -173,13 +173,12 @@ def create_app(node: Node, *, manage_lifecycle: bool = True) -> FastAPI:
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         offset: Annotated[int, Query(ge=0)] = 0,
     ) -> dict[str, Any]:
-        rows = await node.db.call(node.store.list_pipelines, status, limit, offset)
+        rows = await node.list_pipelines(status, limit, offset)
         return {"pipelines": [p.to_json() for p in rows]}
 
     @app.get("/api/v1/pipelines/{pipeline_id}")
     async def get_pipeline(pipeline_id: str) -> dict[str, Any]:
-        pipeline = await node.db.call(node.store.get_pipeline, pipeline_id)
-        tasks = await node.db.call(node.store.list_tasks, pipeline_id, None, None, 100_000)
+        pipeline, tasks = await node.pipeline_with_tasks(pipeline_id)
         return {**pipeline.to_json(), "tasks": [t.to_json() for t in tasks]}
 
     @app.delete("/api/v1/pipelines/{pipeline_id}", status_code=202)
@@ -211,13 +210,12 @@ def create_app(node: Node, *, manage_lifecycle: bool = True) -> FastAPI:
             if s not in TaskStatus.__members__.values():
                 valid = ", ".join(t.value for t in TaskStatus)
                 raise errors.InvalidRequest(f"status: unknown status {s!r}; valid: {valid}")
-        rows = await node.db.call(node.store.list_tasks, pipeline_id, statuses, type, limit, offset)
+        rows = await node.list_tasks(pipeline_id, statuses, type, limit, offset)
         return {"tasks": [t.to_json() for t in rows]}
 
     @app.get("/api/v1/tasks/{task_id}")
     async def get_task(task_id: str) -> dict[str, Any]:
-        task = await node.db.call(node.store.get_task, task_id)
-        events = await node.db.call(node.store.task_events, task_id)
+        task, events = await node.task_with_events(task_id)
         return {**task.to_json(), "events": [e.to_json() for e in events]}
 
     @app.post("/api/v1/tasks/{task_id}/{action}")
@@ -244,7 +242,7 @@ def create_app(node: Node, *, manage_lifecycle: bool = True) -> FastAPI:
 
     @app.get("/api/v1/WorkerTaskListRoute")
     async def worker_task_list(pipeline_id: str | None = None) -> dict[str, Any]:
-        rows = await node.db.call(node.store.list_tasks, pipeline_id, None, None, 10_000)
+        rows = await node.list_tasks(pipeline_id, None, None, 10_000)
         return {"tasks": [t.to_json() for t in rows]}
 
     # --- node --------------------------------------------------------------------------------
@@ -254,12 +252,11 @@ def create_app(node: Node, *, manage_lifecycle: bool = True) -> FastAPI:
 
     @app.get("/api/v1/nodes")
     async def nodes() -> dict[str, Any]:
-        await node.register_self()
-        return {"nodes": await node.db.call(node.store.list_nodes)}
+        return {"nodes": [n.to_json() for n in await node.nodes()]}
 
     @app.get("/api/v1/restart-log")
     async def restart_log(limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:
-        return {"entries": await node.db.call(node.store.restart_log, limit)}
+        return {"entries": [e.to_json() for e in await node.restart_log(limit)]}
 
     @app.get("/api/v1/changes")
     async def changes(

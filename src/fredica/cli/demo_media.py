@@ -31,7 +31,7 @@ DEMO_SENTENCES: tuple[str, ...] = (
 )
 DEMO_CHUNK_SEC = 8.0
 PAUSE_SEC = 0.9  # silence between sentences: where SPLIT_AUDIO prefers to cut
-SHIPPED_SAMPLE = Path(__file__).parent / "data" / "demo_speech.ogg"
+SHIPPED_SAMPLE = Path(__file__).parent.parent / "data" / "demo_speech.ogg"
 SETUP_HINT = "run scripts/install-media-deps.sh (apt-get install espeak-ng)"
 
 

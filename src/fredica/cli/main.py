@@ -108,16 +108,15 @@ def serve(
     """Run a node: the worker engine and the HTTP API."""
     import uvicorn
 
-    from fredica import bootstrap
     from fredica.api.app import create_app
-    from fredica.node import Node
+    from fredica.node import bootstrap, compose
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
         boot = bootstrap.bootstrap(config, data_dir, host, port)
-        node = Node(boot.settings)
+        node = compose.build_node(boot.settings)
     except errors.ConfigError as exc:
         _die(exc.message)
     settings = boot.settings
@@ -452,8 +451,9 @@ def token_create(
     """Create a publisher token: prints it once and stores only its SHA-256 in worker.yaml."""
     from datetime import UTC, datetime
 
-    from fredica import auth, bootstrap
+    from fredica import auth
     from fredica.config import schema as config_mod
+    from fredica.node import bootstrap
 
     path, _ = bootstrap.resolve_paths(config, data_dir)
     if not path.exists():

@@ -301,6 +301,22 @@ class StorageConfig(sections.Section):
     intermediate_cleanup: Literal["on_pipeline_complete", "never"] = "on_pipeline_complete"
 
 
+class StoreConfig(sections.Section):
+    """store: where tasks live. Empty url: the embedded SQLite file in the data dir."""
+
+    url: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> StoreConfig:
+        if self.url and not self.url.startswith(("postgresql://", "postgres://")):
+            raise sections.PathError(
+                ("url",),
+                "must be empty (embedded SQLite) or a postgresql://user@host/db URL, "
+                f"got {self.url.split('://')[0] + '://…' if '://' in self.url else self.url!r}",
+            )
+        return self
+
+
 class ApiConfig(sections.Section):
     """api: where the node's HTTP server listens (our addition)."""
 
@@ -333,6 +349,7 @@ class WorkerConfig(sections.Section):
     hardware: HardwareConfig = Field(default_factory=HardwareConfig)
     scheduling: SchedulingConfig = Field(default_factory=SchedulingConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
     runtime: RuntimeState = Field(default_factory=RuntimeState, alias="_runtime")
 
     @model_validator(mode="after")

@@ -243,6 +243,13 @@ storage:
   results_retain_days: 7   # results not yet acknowledged by their originator are kept this long
   intermediate_cleanup: "on_pipeline_complete"  # on_pipeline_complete | never
 
+# -- Task store ----------------------------------------------------------------------------------
+# Empty: the embedded SQLite file in the data dir (one machine, or a home cluster).
+# "postgresql://user:password@host:5432/fredica": every node of an always-on cluster points at
+# the same PostgreSQL database ($FREDICA_STORE_URL overrides this).
+store:
+  url: ""
+
 # -- Maintained by the program; do not edit ------------------------------------------------------
 _runtime:
   last_shutdown_type: ""   # CLEAN | CRASH

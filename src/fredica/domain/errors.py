@@ -52,6 +52,10 @@ class StoreError(FredicaError):
     """The task store failed."""
 
 
+class StoreBusy(StoreError):
+    """The database stayed busy or locked; try again shortly."""
+
+
 # --- configuration ---------------------------------------------------------------------------
 
 

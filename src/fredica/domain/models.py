@@ -83,6 +83,43 @@ class CloudPreference(enum.StrEnum):
     CLOUD_ONLY = "cloud_only"
 
 
+class AffinityKind(enum.StrEnum):
+    """HARD: only that node may claim the task. SOFT: that node first; others fetch the input
+    from `file_node_id` (seed 001 §2.6)."""
+
+    HARD = "HARD"
+    SOFT = "SOFT"
+
+
+@dataclass(frozen=True, slots=True)
+class Affinity:
+    """Where a task should run; stored as (`affinity_kind`, `affinity_node_id`)."""
+
+    kind: AffinityKind
+    node_id: str
+
+    @classmethod
+    def hard(cls, node_id: str) -> Affinity:
+        return cls(AffinityKind.HARD, node_id)
+
+    @classmethod
+    def soft(cls, node_id: str) -> Affinity:
+        return cls(AffinityKind.SOFT, node_id)
+
+    @classmethod
+    def from_columns(cls, kind: str | None, node_id: str | None) -> Affinity | None:
+        if kind is None or node_id is None:
+            return None
+        return cls(AffinityKind(kind), node_id)
+
+    def allows(self, node_id: str) -> bool:
+        """May `node_id` claim a task with this affinity?"""
+        return self.kind is AffinityKind.SOFT or self.node_id == node_id
+
+    def to_json(self) -> JSON:
+        return {"kind": self.kind.value, "node_id": self.node_id}
+
+
 class ShutdownType(enum.StrEnum):
     CLEAN = "CLEAN"
     CRASH = "CRASH"
@@ -95,7 +132,11 @@ def _slots_json(obj: Any) -> JSON:
     out: JSON = {}
     for name in obj.__slots__:
         value = getattr(obj, name)
-        out[name] = value.value if isinstance(value, enum.Enum) else value
+        if isinstance(value, enum.Enum):
+            value = value.value
+        elif isinstance(value, Affinity):
+            value = value.to_json()
+        out[name] = value
     return out
 
 
@@ -128,7 +169,7 @@ class Task:
     claimed_by: str | None
     original_claimed_by: str | None
     file_node_id: str | None
-    node_affinity: str | None
+    affinity: Affinity | None
     result_acked_at: float | None
     progress: int
     progress_note: str | None
@@ -195,7 +236,7 @@ class NewTask:
     cloud_preference: CloudPreference = CloudPreference.AUTO
     material_id: str | None = None
     idempotency_key: str | None = None
-    node_affinity: str | None = None
+    affinity: Affinity | None = None
     file_node_id: str | None = None
     is_pausable: bool = False
     publisher_id: str | None = None

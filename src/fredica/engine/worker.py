@@ -27,8 +27,16 @@ from fredica.engine.registry import Registry
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
 from fredica.executors.control import TaskControl
-from fredica.store.base import BackendNote, ClaimFilter, CompletionItem, RecoveryReport
-from fredica.store.runner import StoreRunner
+from fredica.store.base import (
+    BackendNote,
+    ClaimFilter,
+    CompletionItem,
+    Failure,
+    Liveness,
+    RecoveryReport,
+    Signal,
+    TaskStore,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -73,13 +81,13 @@ class WorkerEngine:
 
     def __init__(
         self,
-        db: StoreRunner,
+        store: TaskStore,
         registry: Registry,
         settings: EngineSettings,
         clock: Clock | None = None,
         on_change: Callable[[str], None] | None = None,
     ) -> None:
-        self.db = db
+        self.store = store
         self.registry = registry
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
@@ -102,6 +110,7 @@ class WorkerEngine:
         self._active_by_backend: dict[str, int] = {}
         self._background: set[asyncio.Future[Any]] = set()
         self.stopped = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def node_id(self) -> str:
@@ -110,8 +119,9 @@ class WorkerEngine:
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> RecoveryReport:
         """Run start-up recovery, then start the loops. Returns the recovery report."""
-        store = self.db.store
-        self.recovery = await self.db.call(store.recover_startup, self.node_id, self.clock.now())
+        self._loop = asyncio.get_running_loop()
+        self.store.subscribe(self._on_store_signal)
+        self.recovery = await self.store.recover_startup(self.node_id)
         if self.recovery.snapshot or self.recovery.orphans:
             logger.warning(
                 "start-up recovery: %s",
@@ -147,6 +157,11 @@ class WorkerEngine:
     def wake(self) -> None:
         """New work may be ready: claim now instead of at the next poll."""
         self._wake.set()
+
+    def _on_store_signal(self, signal: Signal) -> None:
+        # called on the store's thread, possibly for a commit made by another node
+        if signal is Signal.READY and self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wake.set)
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop claiming; let running work finish within `grace`, then release the rest back to
@@ -199,13 +214,13 @@ class WorkerEngine:
             raise errors.IllegalTransition(f"task {task_id} ({running.task.type}) is not pausable")
         running.control.pause("paused by user")
         await self._await_pause_writes(running)
-        return await self.db.call(self.db.store.get_task, task_id)
+        return await self.store.get_task(task_id)
 
     async def resume(self, task_id: str) -> models.Task:
         running = self._require_running(task_id)
         running.control.resume()
         await self._await_pause_writes(running)
-        return await self.db.call(self.db.store.get_task, task_id)
+        return await self.store.get_task(task_id)
 
     def _require_running(self, task_id: str) -> _Running:
         running = self._running.get(task_id)
@@ -236,11 +251,9 @@ class WorkerEngine:
             types = self.claimable_types()
             claimed: list[models.Task] = []
             if types:
-                claimed = await self.db.call(
-                    self.db.store.claim,
-                    self.node_id,
+                claimed = await self.store.claim(
                     ClaimFilter(limit=free, types=types, start=True, pausable=self._pausable),
-                    self.clock.now(),
+                    self.node_id,
                 )
             for task in claimed:
                 self._launch(task)
@@ -285,15 +298,7 @@ class WorkerEngine:
     async def _record_pause(self, running: _Running, paused: bool, reason: str | None) -> None:
         task = running.task
         try:
-            await self.db.call(
-                self.db.store.set_paused,
-                task.id,
-                task.attempt,
-                self.node_id,
-                paused,
-                reason,
-                self.clock.now(),
-            )
+            await self.store.set_paused(task.id, task.attempt, paused, reason, self.node_id)
             self._changed(task.pipeline_id)
         except (errors.StaleAttempt, errors.IllegalTransition) as exc:
             logger.info("pause flag not recorded: %s", exc, extra={"action": "pause_record"})
@@ -339,13 +344,8 @@ class WorkerEngine:
                 )
         except errors.BackendBusy as exc:
             # claimed in a race with another task for the last backend slot: hand it back
-            await self.db.call(
-                self.db.store.release,
-                task.id,
-                task.attempt,
-                self.node_id,
-                self.clock.now(),
-                f"backend busy: {exc.message}",
+            await self.store.release(
+                task.id, task.attempt, f"backend busy: {exc.message}", self.node_id
             )
         except errors.StaleAttempt as exc:
             logger.warning("dropping result: %s", exc, extra={"action": "fenced"})
@@ -401,28 +401,22 @@ class WorkerEngine:
         task = running.task
         if running.lost:
             raise errors.StaleAttempt(f"task {task.id}: {running.lost}")
-        now = self.clock.now()
         if isinstance(exc, errors.TaskCancelled) and self._releasing:
-            await self.db.call(
-                self.db.store.release,
-                task.id,
-                task.attempt,
-                self.node_id,
-                now,
-                "node shut down before the task finished",
+            await self.store.release(
+                task.id, task.attempt, "node shut down before the task finished", self.node_id
             )
             self._changed(task.pipeline_id)
             return
-        after = await self.db.call(
-            self.db.store.fail,
-            task.id,
-            task.attempt,
+        after = await self.store.fail(
+            Failure(
+                task.id,
+                task.attempt,
+                exc.message,
+                exc.error_type,
+                exc.retry_after_sec,
+                running.backend,
+            ),
             self.node_id,
-            exc.message,
-            exc.error_type,
-            now,
-            exc.retry_after_sec,
-            running.backend,
         )
         self._changed(task.pipeline_id)
         if after.status is TaskStatus.PENDING:
@@ -451,7 +445,6 @@ class WorkerEngine:
 
     # --- group commit ------------------------------------------------------------------------
     async def _commit_loop(self) -> None:
-        store = self.db.store
         while True:
             first = await self._completions.get()
             batch = [first]
@@ -471,14 +464,7 @@ class WorkerEngine:
             claimed: list[models.Task] = []
             try:
                 outcomes: list[Any]
-                outcomes, claimed = await self.db.call(
-                    store.complete_and_claim,
-                    items,
-                    self.node_id,
-                    self.clock.now(),
-                    self.registry.spawn_hook,
-                    flt,
-                )
+                outcomes, claimed = await self.store.complete_and_claim(items, flt, self.node_id)
             except Exception as exc:  # the whole batch failed: report it to every waiter
                 outcomes = [exc] * len(batch)
             pipelines: set[str | None] = set()
@@ -509,14 +495,7 @@ class WorkerEngine:
 
     async def _record_event(self, task: models.Task, event_type: str, message: str | None) -> None:
         try:
-            await self.db.call(
-                self.db.store.record_event,
-                task.id,
-                self.node_id,
-                event_type,
-                message,
-                self.clock.now(),
-            )
+            await self.store.record_event(task.id, event_type, message, self.node_id)
         except Exception:
             logger.exception("could not record event", extra={"action": "record_event"})
 
@@ -532,7 +511,7 @@ class WorkerEngine:
             return
         pending, self._progress = self._progress, {}
         updates = [(tid, a, p, n) for tid, (a, p, n) in pending.items()]
-        await self.db.call(self.db.store.progress, updates, self.node_id, self.clock.now())
+        await self.store.progress(updates, self.node_id)
         for tid in pending:
             running = self._running.get(tid)
             if running is not None:
@@ -549,9 +528,7 @@ class WorkerEngine:
         if not self._running:
             return
         pairs = [(tid, r.task.attempt) for tid, r in self._running.items()]
-        feedback = await self.db.call(
-            self.db.store.heartbeat, self.node_id, pairs, self.clock.now()
-        )
+        feedback = await self.store.heartbeat(pairs, self.node_id)
         for fb in feedback:
             running = self._running.get(fb.task_id)
             if running is None:
@@ -569,14 +546,12 @@ class WorkerEngine:
             await self.monitor_once()
 
     async def monitor_once(self) -> None:
-        report = await self.db.call(
-            self.db.store.monitor,
-            self.clock.now(),
-            self.settings.stale_after,
-            self.settings.reclaim_after,
-            self.settings.claim_timeout,
+        report = await self.store.monitor(
+            Liveness(
+                self.settings.stale_after, self.settings.reclaim_after, self.settings.claim_timeout
+            )
         )
-        if report.stale or report.reclaimed or report.released:
+        if not report.empty:
             logger.warning(
                 "liveness: stale=%s reclaimed=%s released=%s",
                 report.stale,

@@ -285,7 +285,7 @@ class MediaTemplate(Template):
             # the file exists only on this node: its extraction must run here
             tasks = tuple(
                 dataclasses.replace(
-                    t, node_affinity=f"HARD:{ctx.node_id}", file_node_id=ctx.node_id
+                    t, affinity=models.Affinity.hard(ctx.node_id), file_node_id=ctx.node_id
                 )
                 if t.type == EXTRACT
                 else t

@@ -1,14 +1,23 @@
-"""The `TaskStore` seam: the operations the engine and the API need, named for what they do.
+"""The owner-store contract: the operations the engine and the node service need, named for
+what they do (DESIGN §4.14).
 
-A store implements every operation as one atomic transaction. Reports from a worker (start,
-heartbeat, progress, pause flag, complete, fail, release) are fenced: they carry
-`(task_id, attempt)` and are refused with `StaleAttempt` unless the task is still claimed by that
-node at that attempt (DESIGN §4.1). The SQLite implementation is `fredica.store.sqlite`; a
-PostgreSQL store must pass the same contract tests.
+A store is the authority for some rows: an embedded SQLite store for the rows its node owns
+(`owner_id` = the node), a PostgreSQL store for every row in its database. Claims, liveness and
+start-up recovery act only on those rows. Every operation is one atomic transaction; reports
+from a worker (start, heartbeat, progress, pause flag, complete, fail, release) are fenced: they
+carry `(task_id, attempt)` and are refused with `StaleAttempt` unless the task is still claimed
+by that node at that attempt (DESIGN §4.1).
+
+The store reads its own clock (injected, so tests use `ManualClock`; PostgreSQL defaults to the
+database's clock so a whole cluster judges liveness by one clock), runs the spawn/route hooks it
+was given once at composition, returns typed rows, and turns every driver error into a
+`StoreError` (a busy or locked database is retried inside the store first). Every
+implementation passes the same contract suite (`tests/contract/`).
 """
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +25,7 @@ from typing import Any
 
 from fredica.domain import errors
 from fredica.domain.models import (
+    JSON,
     ErrorType,
     NewPipeline,
     NewTask,
@@ -28,6 +38,22 @@ from fredica.domain.spawn import SpawnHook
 
 SpawnHookLookup = Callable[[str], SpawnHook | None]
 """Maps a pipeline template name to its post-completion hook."""
+
+
+def no_hooks(_: str) -> SpawnHook | None:
+    """The hook lookup of a store composed without templates."""
+    return None
+
+
+class Signal(enum.StrEnum):
+    """What a store tells its subscribers after a commit (possibly made by another process)."""
+
+    READY = "ready"  # work may have become claimable
+    CHANGED = "changed"  # some rows changed
+
+
+SignalListener = Callable[[Signal], None]
+"""Called from the store's own thread: a listener must be thread-safe and quick."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +89,18 @@ class CompletionItem:
 
 
 @dataclass(frozen=True, slots=True)
+class Failure:
+    """A failed attempt as the worker reports it."""
+
+    task_id: str
+    attempt: int
+    error: str
+    error_type: ErrorType
+    retry_after_sec: float | None = None
+    backend: BackendNote | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class HeartbeatFeedback:
     """Per-task answer to a heartbeat (seed 001 §7.3 `task_status_feedback`)."""
 
@@ -84,11 +122,24 @@ class CancelOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class Liveness:
+    """When silent work is marked stale, reclaimed, or (never started) released. Seconds."""
+
+    stale_after: float = 180.0
+    reclaim_after: float = 900.0
+    claim_timeout: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
 class MonitorReport:
     stale: list[str]
     reclaimed: list[str]
     released: list[str]
     failed: list[Task]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.stale or self.reclaimed or self.released)
 
 
 @dataclass
@@ -111,178 +162,219 @@ class RecoveryReport:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """One row of the node registry (`worker_node`)."""
+
+    id: str
+    hostname: str
+    capabilities: list[JSON]
+    status: str
+    max_workers: int
+    last_seen_at: float
+    address: str | None
+    info: JSON
+
+    def to_json(self) -> JSON:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+@dataclass(frozen=True, slots=True)
+class RestartLogEntry:
+    """One row of `restart_task_log` (what start-up recovery did to a task)."""
+
+    id: int
+    restarted_at: float
+    node_id: str
+    task_id: str
+    pipeline_id: str | None
+    task_type: str
+    previous_status: str
+    new_status: str
+    action: str
+    message: str | None
+
+    def to_json(self) -> JSON:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeBatch:
+    """Rows changed after a cursor, and the cursor to resume from.
+
+    The cursor is opaque to callers; a batch never splits the rows of one transaction, so
+    resuming from `cursor` loses nothing and repeats nothing.
+    """
+
+    tasks: list[Task]
+    pipelines: list[Pipeline]
+    cursor: int
+
+
 class TaskStore(ABC):
-    """Durable tasks and pipelines. Every write is one transaction."""
+    """Durable tasks and pipelines; every write is one transaction (see the module docstring)."""
 
     node_id: str
+    """The node this store serves: reports and claims are made in its name by default."""
+
+    # lifecycle and composition
+    @abstractmethod
+    def set_hooks(self, hooks: SpawnHookLookup) -> None:
+        """Register the spawn/route hooks (once, at composition)."""
+
+    @abstractmethod
+    def subscribe(self, listener: SignalListener) -> None:
+        """Call `listener` after commits that may matter to this node (see `Signal`)."""
+
+    @abstractmethod
+    async def now(self) -> float:
+        """The store's clock (Unix seconds): the time it stamps on what it writes."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release connections and threads; the store is unusable afterwards."""
 
     # configuration
     @abstractmethod
-    def get_config(self, key: str) -> str | None:
-        """Read an `app_config` value."""
+    async def get_config(self, key: str) -> str | None:
+        """Read an `app_config` value of this node."""
 
     @abstractmethod
-    def set_config(self, key: str, value: str, now: float) -> None:
-        """Write an `app_config` value."""
+    async def set_config(self, key: str, value: str) -> None:
+        """Write an `app_config` value of this node."""
 
     # creation
     @abstractmethod
-    def create_pipeline(self, spec: NewPipeline, now: float) -> tuple[Pipeline, bool]:
+    async def create_pipeline(self, spec: NewPipeline) -> tuple[Pipeline, bool]:
         """Create a pipeline and its tasks atomically; returns (pipeline, deduplicated).
         An active pipeline for the same (material_id, template) is returned instead."""
 
     @abstractmethod
-    def add_task(self, spec: NewTask, now: float, pipeline_id: str | None = None) -> Task:
+    async def add_task(self, spec: NewTask, pipeline_id: str | None = None) -> Task:
         """Insert one task (an active task with the same idempotency key is returned instead)."""
 
     # claiming and worker reports
     @abstractmethod
-    def claim(self, node_id: str, flt: ClaimFilter, now: float) -> list[Task]:
+    async def claim(self, flt: ClaimFilter, node_id: str | None = None) -> list[Task]:
         """Atomically claim up to `flt.limit` ready tasks in (priority DESC, created_at) order.
         Each claim increments the task's `attempt` (fencing token)."""
 
     @abstractmethod
-    def start(self, task_id: str, attempt: int, node_id: str, now: float) -> Task:
+    async def start(self, task_id: str, attempt: int, node_id: str | None = None) -> Task:
         """claimed -> running."""
 
     @abstractmethod
-    def release(self, task_id: str, attempt: int, node_id: str, now: float, reason: str) -> Task:
-        """Give a claimed/running task back (-> pending) without counting a retry (shutdown)."""
+    async def release(
+        self, task_id: str, attempt: int, reason: str, node_id: str | None = None
+    ) -> Task:
+        """Give a claimed/running task back (-> pending) without counting a retry."""
 
     @abstractmethod
-    def heartbeat(
-        self, node_id: str, tasks: Sequence[tuple[str, int]], now: float
+    async def heartbeat(
+        self, tasks: Sequence[tuple[str, int]], node_id: str | None = None
     ) -> list[HeartbeatFeedback]:
-        """Refresh `heartbeat_at` (stale -> running); report lost tasks and cancel requests."""
+        """Refresh `heartbeat_at` as received now by the store (stale -> running); report lost
+        tasks and cancel requests."""
 
     @abstractmethod
-    def progress(
-        self, updates: Sequence[tuple[str, int, int, str | None]], node_id: str, now: float
+    async def progress(
+        self, updates: Sequence[tuple[str, int, int, str | None]], node_id: str | None = None
     ) -> None:
         """Write (task_id, attempt, pct, note) progress updates; stale attempts are ignored."""
 
     @abstractmethod
-    def set_paused(
-        self, task_id: str, attempt: int, node_id: str, paused: bool, reason: str | None, now: float
+    async def set_paused(
+        self,
+        task_id: str,
+        attempt: int,
+        paused: bool,
+        reason: str | None,
+        node_id: str | None = None,
     ) -> Task:
         """Record that a running task is (no longer) paused."""
 
     @abstractmethod
-    def record_event(
-        self, task_id: str, node_id: str, event_type: str, message: str | None, now: float
+    async def record_event(
+        self, task_id: str, event_type: str, message: str | None, node_id: str | None = None
     ) -> None:
         """Append a task event (executors' notes, e.g. the tool they ran)."""
 
     @abstractmethod
-    def complete_many(
-        self, items: Sequence[CompletionItem], node_id: str, now: float, hooks: SpawnHookLookup
-    ) -> list[Task | errors.FredicaError]:
-        """Accept completions (group commit). Each runs its pipeline template's hook in the same
-        transaction; per item the completed task or the error that refused it."""
-
-    @abstractmethod
-    def complete_and_claim(
+    async def complete_and_claim(
         self,
         items: Sequence[CompletionItem],
-        node_id: str,
-        now: float,
-        hooks: SpawnHookLookup,
-        claim: ClaimFilter | None,
+        claim: ClaimFilter | None = None,
+        node_id: str | None = None,
     ) -> tuple[list[Task | errors.FredicaError], list[Task]]:
-        """`complete_many`, then claim (like `claim`) for the slots the batch frees, in one
-        transaction: one round trip acknowledges finished work and fetches the next."""
+        """Accept completions (group commit; each runs its pipeline's spawn hook in the same
+        transaction), then claim for the slots the batch frees, all in one transaction. Per
+        item, the completed task or the error that refused it."""
 
     @abstractmethod
-    def fail(
-        self,
-        task_id: str,
-        attempt: int,
-        node_id: str,
-        error: str,
-        error_type: ErrorType,
-        now: float,
-        retry_after_sec: float | None = None,
-        backend: BackendNote | None = None,
-    ) -> Task:
+    async def fail(self, failure: Failure, node_id: str | None = None) -> Task:
         """Record a failure; the retry policy of its error class decides pending or failed.
         CANCELLED ends the task `cancelled`."""
 
     # user control
     @abstractmethod
-    def cancel_task(self, task_id: str, now: float, reason: str = ...) -> CancelOutcome:
+    async def cancel_task(self, task_id: str, reason: str = "cancelled by user") -> CancelOutcome:
         """Cancel at once unless running; a running task gets `cancel_requested`."""
 
     @abstractmethod
-    def cancel_pipeline(
-        self, pipeline_id: str, now: float, reason: str = ...
+    async def cancel_pipeline(
+        self, pipeline_id: str, reason: str = "pipeline cancelled"
     ) -> list[CancelOutcome]:
         """Mark the pipeline cancelling, cancel what is not running, flag what is."""
 
     @abstractmethod
-    def retry_task(self, task_id: str, now: float) -> Task:
+    async def retry_task(self, task_id: str) -> Task:
         """failed/cancelled -> pending (retry_count reset); dependents cancelled because of it
         are revived."""
 
     @abstractmethod
-    def skip_task(self, task_id: str, now: float, reason: str = ...) -> Task:
+    async def skip_task(self, task_id: str, reason: str = "skipped by user") -> Task:
         """pending/failed/cancelled -> skipped (satisfies dependents)."""
 
-    # liveness and recovery
+    # liveness and recovery (only rows this store is authoritative for)
     @abstractmethod
-    def monitor(
-        self, now: float, stale_after: float, reclaim_after: float, claim_timeout: float
-    ) -> MonitorReport:
+    async def monitor(self, liveness: Liveness) -> MonitorReport:
         """running without heartbeat -> stale -> reclaimed -> pending/failed; stuck claims ->
-        pending. Judged by this owner's own clock only."""
+        pending. Judged by this store's clock only."""
 
     @abstractmethod
-    def recover_startup(self, node_id: str, now: float) -> RecoveryReport:
-        """Seed 000's five start-up steps for this node."""
+    async def recover_startup(self, node_id: str | None = None) -> RecoveryReport:
+        """Seed 000's five start-up steps for `node_id` (default: this store's node)."""
 
     @abstractmethod
-    def reconcile_non_terminal(self, now: float) -> int:
-        """Recount and re-derive every non-terminal pipeline; returns how many."""
-
-    @abstractmethod
-    def recalculate(self, pipeline_id: str, now: float) -> Pipeline:
+    async def recalculate(self, pipeline_id: str) -> Pipeline:
         """Recount one pipeline's tasks and re-derive its status."""
 
     # nodes
     @abstractmethod
-    def upsert_node(
-        self,
-        node_id: str,
-        hostname: str,
-        capabilities: list[dict[str, Any]],
-        status: str,
-        max_workers: int,
-        address: str | None,
-        info: dict[str, Any],
-        now: float,
-    ) -> None:
-        """Register or refresh a node in `worker_node`."""
+    async def upsert_node(self, record: NodeRecord) -> None:
+        """Register or refresh a node (`last_seen_at` is set by the store's clock)."""
 
     @abstractmethod
-    def list_nodes(self) -> list[dict[str, Any]]:
+    async def list_nodes(self) -> list[NodeRecord]:
         """Every known node."""
 
     # reads
     @abstractmethod
-    def get_task(self, task_id: str) -> Task:
+    async def get_task(self, task_id: str) -> Task:
         """One task (NotFound if absent)."""
 
     @abstractmethod
-    def get_pipeline(self, pipeline_id: str) -> Pipeline:
+    async def get_pipeline(self, pipeline_id: str) -> Pipeline:
         """One pipeline (NotFound if absent)."""
 
     @abstractmethod
-    def list_pipelines(
+    async def list_pipelines(
         self, status: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[Pipeline]:
         """Pipelines, newest first."""
 
     @abstractmethod
-    def list_tasks(
+    async def list_tasks(
         self,
         pipeline_id: str | None = None,
         status: Sequence[str] | None = None,
@@ -293,25 +385,32 @@ class TaskStore(ABC):
         """Tasks (of a pipeline in creation order, else newest first)."""
 
     @abstractmethod
-    def task_events(self, task_id: str) -> list[TaskEvent]:
+    async def task_events(self, task_id: str) -> list[TaskEvent]:
         """A task's events in order."""
 
     @abstractmethod
-    def count_created_since(self, publisher_id: str, since: float) -> int:
+    async def count_created_since(self, publisher_id: str, since: float) -> int:
         """Tasks a publisher created after `since` (daily quotas)."""
 
     @abstractmethod
-    def count_by_status(self) -> dict[str, int]:
+    async def count_by_status(self) -> dict[str, int]:
         """How many tasks are in each status."""
 
     @abstractmethod
-    def restart_log(self, limit: int = 100) -> list[dict[str, Any]]:
+    async def restart_log(self, limit: int = 100) -> list[RestartLogEntry]:
         """The newest `restart_task_log` rows."""
 
     @abstractmethod
-    def changes_since(self, seq: int, limit: int = 1000) -> tuple[list[Task], list[Pipeline], int]:
-        """Rows changed after change sequence `seq`, and the current sequence."""
+    async def changes_since(
+        self, owner_id: str | None, cursor: int, limit: int = 1000
+    ) -> ChangeBatch:
+        """Rows of `owner_id` (None: every owner this store holds) changed after `cursor`
+        (0: from the beginning; `latest_cursor()`: nothing yet)."""
 
     @abstractmethod
-    def local_running(self, node_id: str) -> list[Task]:
+    async def latest_cursor(self, owner_id: str | None = None) -> int:
+        """A cursor after every change committed so far."""
+
+    @abstractmethod
+    async def local_running(self, node_id: str | None = None) -> list[Task]:
         """Tasks claimed by `node_id` that are claimed, running or stale."""

@@ -1,14 +1,19 @@
-"""Row mapping, connections and migrations for the SQLite store."""
+"""Row mapping and the small driver seam shared by the SQL stores (SQLite and PostgreSQL).
+
+Both stores run the same SQL (`?` placeholders; the PostgreSQL connection rewrites them) through
+`Tx`; `Dialect` holds the few places where the databases differ.
+"""
 
 from __future__ import annotations
 
 import json
-import sqlite3
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from fredica.domain import errors, states
+from fredica.domain import states
 from fredica.domain.models import (
+    Affinity,
     CachePolicy,
     CloudPreference,
     Pipeline,
@@ -16,15 +21,55 @@ from fredica.domain.models import (
     Task,
     TaskStatus,
 )
-from fredica.store import schema
 
-BUSY_TIMEOUT_MS = 30_000
+Row = Mapping[str, Any]
+
+
+class Cursor(Protocol):
+    """The part of a DB-API cursor the stores use."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Conn(Protocol):
+    """A connection that executes `?`-style SQL and returns rows readable by column name."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ..., /) -> Cursor: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """Where the SQL of the two stores differs."""
+
+    name: str
+    #: appended to reads of rows the transaction will change (row locks)
+    lock: str
+    #: appended to claim/monitor scans: other transactions' locked rows are passed over
+    skip_locked: str
+    #: the claim scan's index hint
+    claim_hint: str
+    #: a column that orders rows by insertion
+    insertion_order: str
+    #: the driver's exception classes (turned into `StoreError` at the store's edge)
+    driver_errors: tuple[type[BaseException], ...]
+
+    def is_driver_error(self, exc: BaseException) -> bool:
+        return isinstance(exc, self.driver_errors)
+
 
 TASK_COLUMNS = (
     "id, type, pipeline_id, material_id, status, priority, depends_on, payload, result, error, "
     "error_type, cache_policy, cloud_preference, publisher_id, idempotency_key, excluded_nodes, "
     "retry_count, max_retries, retry_after, created_by, owner_id, owner_epoch, claimed_by, "
-    "original_claimed_by, file_node_id, node_affinity, result_acked_at, progress, progress_note, "
+    "original_claimed_by, file_node_id, affinity_kind, affinity_node_id, result_acked_at, "
+    "progress, progress_note, "
     "is_paused, is_pausable, attempt, cancel_requested, backend, change_seq, created_at, "
     "updated_at, claimed_at, started_at, completed_at, heartbeat_at, stale_at, reclaimed_at"
 )
@@ -44,7 +89,7 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def row_to_task(row: sqlite3.Row) -> Task:
+def row_to_task(row: Row) -> Task:
     return Task(
         id=row["id"],
         type=row["type"],
@@ -71,7 +116,7 @@ def row_to_task(row: sqlite3.Row) -> Task:
         claimed_by=row["claimed_by"],
         original_claimed_by=row["original_claimed_by"],
         file_node_id=row["file_node_id"],
-        node_affinity=row["node_affinity"],
+        affinity=Affinity.from_columns(row["affinity_kind"], row["affinity_node_id"]),
         result_acked_at=row["result_acked_at"],
         progress=row["progress"],
         progress_note=row["progress_note"],
@@ -92,7 +137,7 @@ def row_to_task(row: sqlite3.Row) -> Task:
     )
 
 
-def row_to_pipeline(row: sqlite3.Row) -> Pipeline:
+def row_to_pipeline(row: Row) -> Pipeline:
     counts = counts_of(row)
     return Pipeline(
         id=row["id"],
@@ -119,57 +164,5 @@ def row_to_pipeline(row: sqlite3.Row) -> Pipeline:
     )
 
 
-def counts_of(row: sqlite3.Row) -> states.StatusCounts:
+def counts_of(row: Row) -> states.StatusCounts:
     return states.StatusCounts(**{s.value: row[f"n_{s.value}"] for s in TaskStatus})
-
-
-def connect(path: Path | str) -> sqlite3.Connection:
-    """Open a connection with the settings every fredica connection uses."""
-    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
-    conn.row_factory = sqlite3.Row
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    conn.execute("PRAGMA temp_store = MEMORY")
-    conn.execute("PRAGMA cache_size = -32000")
-    # Checkpoints (the only fsyncs with synchronous=NORMAL) every ~32 MB of WAL instead of
-    # ~4 MB: measured +15% no-op throughput (bench/); the WAL file may grow to that size.
-    conn.execute("PRAGMA wal_autocheckpoint = 8000")
-    return conn
-
-
-def migrate(conn: sqlite3.Connection) -> int:
-    """Apply pending migrations; return the schema version."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        row = conn.execute("SELECT MAX(version) AS v FROM schema_version").fetchone()
-        current = row["v"] or 0
-        if current > schema.SCHEMA_VERSION:
-            raise errors.StoreError(
-                f"database schema version {current} is newer than this fredica "
-                f"({schema.SCHEMA_VERSION}); upgrade fredica"
-            )
-        for version in range(current + 1, schema.SCHEMA_VERSION + 1):
-            for statement in _split_sql(schema.MIGRATIONS[version - 1]):
-                conn.execute(statement)
-            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    return schema.SCHEMA_VERSION
-
-
-def _split_sql(script: str) -> list[str]:
-    statements, buf = [], []
-    for line in script.splitlines():
-        if line.strip().startswith("--"):
-            continue
-        buf.append(line)
-        if line.rstrip().endswith(";") and sqlite3.complete_statement("\n".join(buf)):
-            statements.append("\n".join(buf).strip())
-            buf = []
-    if "".join(buf).strip():
-        statements.append("\n".join(buf).strip())
-    return statements

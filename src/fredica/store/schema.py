@@ -1,6 +1,6 @@
-"""Schema and numbered migrations. A migration is applied in one transaction and recorded in
-`schema_version`; `tests/integration/test_schema.py` checks that migrating from scratch gives the
-schema this module declares."""
+"""SQLite schema and numbered migrations. A migration is applied in one transaction and recorded
+in `schema_version`; `tests/integration/test_migrations.py` migrates a database of every earlier
+version, with data in it, to the current one. The PostgreSQL schema is `store/pg_schema.py`."""
 
 from __future__ import annotations
 
@@ -152,6 +152,27 @@ CREATE TABLE restart_task_log (
     message TEXT
 );
 CREATE INDEX restart_task_log_time ON restart_task_log (restarted_at);
+""",
+    # 2: the owner-store contract: structured affinity, configuration per node
+    """
+ALTER TABLE task ADD COLUMN affinity_kind TEXT;
+ALTER TABLE task ADD COLUMN affinity_node_id TEXT;
+UPDATE task SET affinity_kind = substr(node_affinity, 1, 4),
+    affinity_node_id = substr(node_affinity, 6)
+    WHERE substr(node_affinity, 1, 5) IN ('HARD:', 'SOFT:');
+ALTER TABLE task DROP COLUMN node_affinity;
+-- rows of the previous release belong to the node that opens the file (store/sqlite.py)
+CREATE TABLE app_config_v2 (
+    node_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (node_id, key)
+);
+INSERT INTO app_config_v2 (node_id, key, value, updated_at)
+    SELECT '', key, value, updated_at FROM app_config;
+DROP TABLE app_config;
+ALTER TABLE app_config_v2 RENAME TO app_config;
 """,
 ]
 

@@ -1,4 +1,4 @@
-"""One write transaction of the SQLite store: change sequence, events, counters, cascades.
+"""One write transaction of a SQL store: change sequence, events, counters, cascades.
 
 `Tx.transition` is the single path for every status change: it checks the state machine,
 applies a compare-and-set on the expected status, writes the `task_event`, adjusts the pipeline
@@ -11,17 +11,26 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
 
 from fredica.domain import errors, states
 from fredica.domain.models import ErrorType, NewTask, Pipeline, TaskStatus
 from fredica.domain.spawn import SpawnPlan
 from fredica.store import schema
-from fredica.store.rows import PIPELINE_COLUMNS, TASK_COLUMNS, counts_of, dumps
+from fredica.store.rows import (
+    PIPELINE_COLUMNS,
+    TASK_COLUMNS,
+    Conn,
+    Cursor,
+    Dialect,
+    Row,
+    counts_of,
+    dumps,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -31,12 +40,28 @@ S = TaskStatus
 class Tx:
     """One write transaction: change sequence, events, counters, cascades."""
 
-    def __init__(self, conn: sqlite3.Connection, node_id: str, now: float) -> None:
+    def __init__(
+        self,
+        conn: Conn,
+        dialect: Dialect,
+        node_id: str,
+        now: float,
+        allocate_seq: Callable[[Conn], int],
+        own: tuple[str, tuple[Any, ...]] = ("1 = 1", ()),
+    ) -> None:
         self.conn = conn
+        self.dialect = dialect
         self.node_id = node_id
         self.now = now
+        #: SQL predicate (and its parameters) for the rows this store is authoritative for
+        self.own_sql, self.own_params = own
+        self._allocate_seq = allocate_seq
         self._seq: int | None = None
-        self._deltas: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        #: work may have become claimable (a task became pending, or a parent finished)
+        self.ready = False
+        self._deltas: defaultdict[str, defaultdict[str, int]] = defaultdict(
+            lambda: defaultdict(int)
+        )
         self._touched_pipelines: set[str] = set()
         self.events = 0
 
@@ -44,21 +69,25 @@ class Tx:
     def seq(self) -> int:
         """This transaction's change sequence (allocated on first use)."""
         if self._seq is None:
-            row = self.conn.execute(
-                "UPDATE change_counter SET seq = seq + 1 WHERE id = 1 RETURNING seq"
-            ).fetchone()
-            self._seq = int(row[0])
+            self._seq = self._allocate_seq(self.conn)
         return self._seq
 
-    def q(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+    @property
+    def changed(self) -> bool:
+        """Did this transaction change a task or pipeline row (they all carry its sequence)?"""
+        return self._seq is not None
+
+    def q(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         return self.conn.execute(sql, params)
 
-    def task_row(self, task_id: str) -> sqlite3.Row:
-        row = self.q(f"SELECT {TASK_COLUMNS} FROM task WHERE id = ?", (task_id,)).fetchone()
+    def task_row(self, task_id: str) -> Row:
+        """The task's row, locked for this transaction where the database locks rows."""
+        row = self.q(
+            f"SELECT {TASK_COLUMNS} FROM task WHERE id = ?{self.dialect.lock}", (task_id,)
+        ).fetchone()
         if row is None:
             raise errors.NotFound(f"task {task_id} not found")
-        assert isinstance(row, sqlite3.Row)
-        return row
+        return cast(Row, row)
 
     def event(
         self, task_id: str, event_type: str, message: str | None = None, at: float | None = None
@@ -82,10 +111,29 @@ class Tx:
     def touch_pipeline(self, pipeline_id: str) -> None:
         self._touched_pipelines.add(pipeline_id)
 
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A nested unit: on error both the database changes and this transaction's pending
+        counter deltas roll back to where it began."""
+        deltas = {k: dict(v) for k, v in self._deltas.items()}
+        touched, ready, events = set(self._touched_pipelines), self.ready, self.events
+        self.q("SAVEPOINT item")
+        try:
+            yield
+        except BaseException:
+            self.q("ROLLBACK TO SAVEPOINT item")
+            self.q("RELEASE SAVEPOINT item")
+            self._deltas = defaultdict(lambda: defaultdict(int))
+            for k, v in deltas.items():
+                self._deltas[k].update(v)
+            self._touched_pipelines, self.ready, self.events = touched, ready, events
+            raise
+        self.q("RELEASE SAVEPOINT item")
+
     # --- the one transition function --------------------------------------------------------
     def transition(
         self,
-        row: sqlite3.Row,
+        row: Row,
         new: TaskStatus,
         *,
         event_type: str | None = None,
@@ -104,27 +152,32 @@ class Tx:
             f"UPDATE task SET {assignments} WHERE id = ? AND status = ?",
             (*values.values(), task_id, old.value),
         )
-        if cur.rowcount != 1:  # cannot happen inside BEGIN IMMEDIATE; kept as a guard
+        if cur.rowcount != 1:  # rows are locked (or the database is) first; kept as a guard
             raise errors.IllegalTransition(f"task {task_id} changed concurrently")
         self.event(task_id, event_type or new.value, message)
         self.bump(row["pipeline_id"], old, new)
+        if new is S.PENDING:
+            self.ready = True
         if new.satisfies_dependency and not old.satisfies_dependency:
-            self.q(
+            cur = self.q(
                 "UPDATE task SET unmet_deps = unmet_deps - 1 "
                 "WHERE id IN (SELECT task_id FROM task_dep WHERE parent_id = ?)",
                 (task_id,),
             )
+            if cur.rowcount:
+                self.ready = True
         dead = (S.FAILED, S.CANCELLED)
         if new in dead and old not in dead:
             self._cascade_upstream_failed(task_id, new)
         if old in dead and new in (S.PENDING, S.SKIPPED):
             self._revive_dependents(task_id)
 
-    def _children(self, task_id: str, status: TaskStatus) -> list[sqlite3.Row]:
+    def _children(self, task_id: str, status: TaskStatus) -> list[Row]:
         return list(
             self.q(
                 f"SELECT {TASK_COLUMNS} FROM task WHERE status = ? AND id IN "
-                "(SELECT task_id FROM task_dep WHERE parent_id = ?)",
+                "(SELECT task_id FROM task_dep WHERE parent_id = ?) "
+                f"ORDER BY id{self.dialect.lock}",
                 (status.value, task_id),
             )
         )
@@ -166,7 +219,7 @@ class Tx:
     def flush_pipelines(self) -> None:
         """Apply counter deltas and re-derive the status of every touched pipeline."""
         for pipeline_id in sorted(self._touched_pipelines):
-            delta = self._deltas.get(pipeline_id, {})
+            delta: dict[str, int] = self._deltas.get(pipeline_id, {})
             changes = {k: v for k, v in delta.items() if v}
             if changes:
                 assignments = ", ".join(f"n_{k} = n_{k} + ?" for k in changes)
@@ -180,7 +233,8 @@ class Tx:
 
     def rederive(self, pipeline_id: str) -> None:
         row = self.q(
-            f"SELECT {PIPELINE_COLUMNS} FROM pipeline_instance WHERE id = ?", (pipeline_id,)
+            f"SELECT {PIPELINE_COLUMNS} FROM pipeline_instance WHERE id = ?{self.dialect.lock}",
+            (pipeline_id,),
         ).fetchone()
         if row is None:
             return
@@ -271,9 +325,9 @@ class Tx:
         self.q(
             "INSERT INTO task (id, type, pipeline_id, material_id, status, priority, depends_on, "
             "payload, cache_policy, cloud_preference, publisher_id, idempotency_key, "
-            "max_retries, created_by, owner_id, file_node_id, node_affinity, is_pausable, "
-            "change_seq, unmet_deps, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "max_retries, created_by, owner_id, file_node_id, affinity_kind, affinity_node_id, "
+            "is_pausable, change_seq, unmet_deps, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 task_id,
                 spec.type,
@@ -290,7 +344,8 @@ class Tx:
                 owner,
                 owner,
                 spec.file_node_id,
-                spec.node_affinity,
+                spec.affinity.kind.value if spec.affinity else None,
+                spec.affinity.node_id if spec.affinity else None,
                 int(spec.is_pausable),
                 self.seq,
                 unmet,
@@ -306,6 +361,8 @@ class Tx:
             )
         self.event(task_id, "created")
         self.bump(pipeline_id, None, S.PENDING)
+        if unmet == 0:
+            self.ready = True
         if dead_parent is not None:
             self.transition(
                 self.task_row(task_id),

@@ -32,7 +32,7 @@ from fredica.config import schema as config
 from fredica.domain import errors, models
 from fredica.domain.models import ShutdownType, TaskStatus
 from fredica.executors import network_test
-from fredica.node import Node
+from fredica.node.service import Node
 from fredica.pipelines.request import PipelineRequest
 from fredica.pipelines.templates import BuildContext
 
@@ -301,23 +301,23 @@ def mount(app: FastAPI, node: Node) -> None:
         return {"gpu": ", ".join(sorted(gpus))} if gpus else {}
 
     async def cluster_view() -> dict[str, Any]:
-        rows = await node.db.call(node.store.list_nodes)
+        rows = await node.known_nodes()
         local = await asyncio.to_thread(_local_stats, node.settings.data_dir)
         nodes = []
         for row in rows:
-            info = dict(row.get("info") or {})
+            info = dict(row.info)
             item = {
-                "id": row["id"],
-                "hostname": row["hostname"],
-                "status": row["status"],
-                "address": row.get("address"),
-                "max_workers": row["max_workers"],
-                "last_seen_at": row.get("last_seen_at"),
-                "functions": _functions(row.get("capabilities") or []),
+                "id": row.id,
+                "hostname": row.hostname,
+                "status": row.status,
+                "address": row.address,
+                "max_workers": row.max_workers,
+                "last_seen_at": row.last_seen_at,
+                "functions": _functions(row.capabilities),
                 "task_types": sorted(
-                    {str(c["task_type"]) for c in row.get("capabilities") or [] if "task_type" in c}
+                    {str(c["task_type"]) for c in row.capabilities if "task_type" in c}
                 ),
-                "is_self": row["id"] == node.node_id,
+                "is_self": row.id == node.node_id,
                 "running": info.get("running", 0),
                 "info": info,
             }
@@ -338,27 +338,19 @@ def mount(app: FastAPI, node: Node) -> None:
 
     # --- server-sent events --------------------------------------------------------------------
     async def current_seq() -> int:
-        # The seq comes with the change query; a bound above any seq returns no rows cheaply.
-        _, _, seq = await node.db.call(node.store.changes_since, 2**62, 1)
-        return seq
+        return await node.latest_change_cursor()
 
     async def changed_rows(seq: int) -> tuple[list[models.Task], list[models.Pipeline], int]:
-        tasks, pipelines, current = await node.db.call(node.store.changes_since, seq, CHANGES_BATCH)
-        # A truncated batch: continue after the last row seen, so nothing is skipped (rows of
-        # the other kind may come twice; the page keeps the row with the highest change_seq).
-        nxt = current
-        if len(tasks) >= CHANGES_BATCH:
-            nxt = min(nxt, tasks[-1].change_seq)
-        if len(pipelines) >= CHANGES_BATCH:
-            nxt = min(nxt, pipelines[-1].change_seq)
-        return tasks, pipelines, nxt
+        # The batch never splits a transaction: resuming from its cursor skips nothing.
+        batch = await node.changes_since(seq, CHANGES_BATCH)
+        return batch.tasks, batch.pipelines, batch.cursor
 
     async def snapshot(seq: int, version: int) -> dict[str, Any]:
         return {
             "node_id": node.node_id,
             "version": version,
             "seq": seq,
-            "counts": await node.db.call(node.store.count_by_status),
+            "counts": await node.count_by_status(),
             "running": node.engine.running_count,
             "cluster": await cluster_view(),
         }
@@ -390,7 +382,7 @@ def mount(app: FastAPI, node: Node) -> None:
                     continue
                 version = new_version
                 tasks, pipelines, seq = await changed_rows(seq)
-                counts = await node.db.call(node.store.count_by_status)
+                counts = await node.count_by_status()
                 if tasks or pipelines or counts != last_counts:
                     data: dict[str, Any] = {
                         "version": version,
@@ -436,7 +428,7 @@ def mount(app: FastAPI, node: Node) -> None:
 
     # --- crash recovery (seed 001 §7.5) --------------------------------------------------------
     async def recovery_ack() -> dict[str, Any] | None:
-        raw = await node.db.call(node.store.get_config, RECOVERY_ACK_KEY)
+        raw = await node.get_setting(RECOVERY_ACK_KEY)
         if not raw:
             return None
         with contextlib.suppress(ValueError):
@@ -448,7 +440,7 @@ def mount(app: FastAPI, node: Node) -> None:
 
     async def own_active_tasks() -> list[models.Task]:
         statuses = [s.value for s in models.ACTIVE_STATUSES]
-        rows = await node.db.call(node.store.list_tasks, None, statuses, None, 1_000_000)
+        rows = await node.list_tasks(None, statuses, None, 1_000_000)
         return [t for t in rows if t.owner_id == node.node_id]
 
     async def recovery_state() -> dict[str, Any]:
@@ -513,7 +505,7 @@ def mount(app: FastAPI, node: Node) -> None:
                         cancelled_tasks += 1
             now = node.clock.now()
             answer = {"run": node.started_at, "action": body.action, "at": now}
-            await node.db.call(node.store.set_config, RECOVERY_ACK_KEY, json.dumps(answer), now)
+            await node.put_setting(RECOVERY_ACK_KEY, json.dumps(answer))
         logger.info(
             "crash recovery answered: %s (%d tasks, %d pipelines cancelled)",
             body.action,
@@ -533,7 +525,7 @@ def mount(app: FastAPI, node: Node) -> None:
     @app.get("/api/v1/tasks/{task_id}/files", tags=["web"])
     async def task_files(task_id: str) -> dict[str, Any]:
         """Files under the task's result dir, with their download URLs."""
-        await node.db.call(node.store.get_task, task_id)  # 404 for an unknown task
+        await node.get_task(task_id)  # 404 for an unknown task
         if not SAFE_TASK_ID.match(task_id):
             return {"files": []}
         files = await asyncio.to_thread(_list_result_files, node.settings.data_dir, task_id)
@@ -569,7 +561,7 @@ async def _own_active_pipelines(node: Node) -> list[str]:
     for status in ACTIVE_PIPELINE_STATUSES:
         offset = 0
         while True:
-            rows = await node.db.call(node.store.list_pipelines, status, 1000, offset)
+            rows = await node.list_pipelines(status, 1000, offset)
             ids.extend(p.id for p in rows if p.owner_id == node.node_id)
             if len(rows) < 1000:
                 break

@@ -1,8 +1,9 @@
-"""A node: its store, its engine, and the operations users and the API perform on it.
+"""The node service: the use cases every face (HTTP API, web UI, CLI) calls.
 
-A single node is a cluster of one: it owns the pipelines it creates (`owner_id` = itself) and
-executes every transition on its own store; the cluster later adds remote transports for rows
-owned elsewhere, without a second code path.
+Nothing above this module touches a store: the faces call these methods, and this module calls
+the owner-store contract (`store.base.TaskStore`) and the engine. Which store a node uses is
+decided in `node.compose`, the only module that names a concrete store class. A single node is
+a cluster of one: it owns the pipelines it creates (`owner_id` = itself).
 """
 
 from __future__ import annotations
@@ -22,14 +23,20 @@ from fredica.domain import errors, models
 from fredica.domain.clock import Clock, SystemClock
 from fredica.domain.models import ShutdownType
 from fredica.engine.backends import BackendSelector
-from fredica.engine.registry import Registry, builtin_registry
+from fredica.engine.registry import Registry
 from fredica.engine.worker import EngineSettings, WorkerEngine
 from fredica.executors import network_test
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
 from fredica.pipelines.templates import BuildContext
-from fredica.store.base import CancelOutcome, RecoveryReport
-from fredica.store.runner import StoreRunner
-from fredica.store.sqlite import SQLiteTaskStore
+from fredica.store.base import (
+    CancelOutcome,
+    ChangeBatch,
+    NodeRecord,
+    RecoveryReport,
+    RestartLogEntry,
+    Signal,
+    TaskStore,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +60,8 @@ class NodeSettings:
     #: the node's worker.yaml (None: every default, as an empty file would give)
     config: config.WorkerConfig | None = None
     config_path: Path | None = None
+    #: "" for the embedded SQLite file in `data_dir`, else a postgresql:// URL
+    store_url: str = ""
 
     def engine_settings(self) -> EngineSettings:
         return self.engine or EngineSettings(node_id=self.node_id, data_dir=self.data_dir)
@@ -92,20 +101,19 @@ class Node:
     def __init__(
         self,
         settings: NodeSettings,
-        registry: Registry | None = None,
+        store: TaskStore,
+        registry: Registry,
         clock: Clock | None = None,
     ) -> None:
+        """Use `node.compose.build_node`, which opens the configured store."""
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
-        self.registry = registry or builtin_registry()
-        if settings.plugins:
-            self.registry.load_plugins(settings.plugins)
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        self.store = SQLiteTaskStore(settings.data_dir / DB_FILENAME, settings.node_id)
-        self.db = StoreRunner(self.store)
+        self.registry = registry
+        self._store = store
+        store.set_hooks(registry.spawn_hook)
         self.changes = ChangeFeed()
         self.engine = WorkerEngine(
-            self.db,
+            store,
             self.registry,
             settings.engine_settings(),
             self.clock,
@@ -126,6 +134,8 @@ class Node:
     async def start(self) -> None:
         """Detect how the last run ended, recover, register this node, start the engine."""
         self._loop = asyncio.get_running_loop()
+        # commits by other processes sharing the store (PostgreSQL) refresh the UI too
+        self._store.subscribe(self._on_store_signal)
         warn_if_network_fs(self.settings.data_dir)
         cfg = self.settings.config or config.parse_config({}, "defaults")
         selector = await asyncio.to_thread(
@@ -137,23 +147,17 @@ class Node:
             # cache the hardware scores in worker.yaml `_runtime` (comments survive)
             await asyncio.to_thread(config.write_runtime, self.settings.config_path, updates)
         now = self.clock.now()
-        last = await self.db.call(self.store.get_config, KEY_LAST_SHUTDOWN)
+        last = await self._store.get_config(KEY_LAST_SHUTDOWN)
         if last is None:
             self.previous_shutdown = ShutdownType.FIRST_START
         elif last == ShutdownType.CLEAN.value:
             self.previous_shutdown = ShutdownType.CLEAN
         else:  # PENDING_CHECK left behind: the process never reached a clean stop
             self.previous_shutdown = ShutdownType.CRASH
-        await self.db.call(
-            self.store.set_config, KEY_PREVIOUS_SHUTDOWN, self.previous_shutdown.value, now
-        )
-        await self.db.call(
-            self.store.set_config, KEY_LAST_SHUTDOWN, ShutdownType.PENDING_CHECK.value, now
-        )
+        await self._store.set_config(KEY_PREVIOUS_SHUTDOWN, self.previous_shutdown.value)
+        await self._store.set_config(KEY_LAST_SHUTDOWN, ShutdownType.PENDING_CHECK.value)
         self.recovery = await self.engine.start()
-        await self.db.call(
-            self.store.set_config, KEY_RECOVERY, json.dumps(self.recovery.summary()), now
-        )
+        await self._store.set_config(KEY_RECOVERY, json.dumps(self.recovery.summary()))
         await self.register_self()
         self.started_at = now
         logger.info(
@@ -176,19 +180,24 @@ class Node:
             out[task_type] = catalog.CapabilityFunction(needed) if needed else None
         return out
 
-    async def register_self(self) -> None:
+    async def register_self(self, status: str = "online") -> None:
         engine = self.settings.engine_settings()
-        await self.db.call(
-            self.store.upsert_node,
-            self.node_id,
-            self.settings.hostname,
-            self._capability_rows(),
-            "online",
-            engine.max_workers,
-            f"http://{self.settings.host}:{self.settings.port}",
-            {"running": self.engine.running_count},
-            self.clock.now(),
+        await self._store.upsert_node(
+            NodeRecord(
+                id=self.node_id,
+                hostname=self.settings.hostname,
+                capabilities=self._capability_rows(),
+                status=status,
+                max_workers=engine.max_workers,
+                last_seen_at=0.0,  # the store stamps its own time
+                address=f"http://{self.settings.host}:{self.settings.port}",
+                info={"running": self.engine.running_count},
+            )
         )
+
+    def _on_store_signal(self, signal: Signal) -> None:
+        if signal is Signal.CHANGED and self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self.changes.notify, "")
 
     def _capability_rows(self) -> list[dict[str, Any]]:
         selector = self.engine.selector
@@ -214,11 +223,14 @@ class Node:
         """Graceful stop: finish or release running work, then record a CLEAN shutdown."""
         self.changes.close()
         await self.engine.stop(grace)
-        await self.db.call(
-            self.store.set_config, KEY_LAST_SHUTDOWN, ShutdownType.CLEAN.value, self.clock.now()
-        )
-        self.db.close()
+        await self.register_self("offline")
+        await self._store.set_config(KEY_LAST_SHUTDOWN, ShutdownType.CLEAN.value)
+        await self._store.close()
         logger.info("node %s stopped cleanly", self.node_id, extra={"action": "node_stop"})
+
+    async def close(self) -> None:
+        """Release the store of a node that was never started (tools, tests)."""
+        await self._store.close()
 
     # --- pipelines -------------------------------------------------------------------------
     def known_task_types(self) -> frozenset[str]:
@@ -234,8 +246,8 @@ class Node:
             request, BuildContext(self.known_task_types(), self.node_id, publisher_id)
         )
         if publisher is not None:
-            recent = await self.db.call(
-                self.store.count_created_since, publisher.token_id, self.clock.now() - 86400
+            recent = await self._store.count_created_since(
+                publisher.token_id, self.clock.now() - 86400
             )
             auth.check_create(
                 publisher,
@@ -244,9 +256,7 @@ class Node:
                 len(spec.tasks),
                 recent,
             )
-        pipeline, deduplicated = await self.db.call(
-            self.store.create_pipeline, spec, self.clock.now()
-        )
+        pipeline, deduplicated = await self._store.create_pipeline(spec)
         if not deduplicated:
             self.changes.notify(pipeline.id)
             self.engine.wake()
@@ -261,30 +271,29 @@ class Node:
         pipeline, _ = await self.create_pipeline(
             PipelineRequest(template="network_test", params=params), publisher
         )
-        tasks = await self.db.call(self.store.list_tasks, pipeline.id)
+        tasks = await self._store.list_tasks(pipeline.id)
         task = next(t for t in tasks if t.type == network_test.TASK_TYPE)
         return pipeline.id, task.id
 
     async def cancel_pipeline(self, pipeline_id: str) -> models.Pipeline:
-        outcomes = await self.db.call(self.store.cancel_pipeline, pipeline_id, self.clock.now())
+        outcomes = await self._store.cancel_pipeline(pipeline_id)
         self._signal(outcomes)
         self.changes.notify(pipeline_id)
-        return await self.db.call(self.store.get_pipeline, pipeline_id)
+        return await self._store.get_pipeline(pipeline_id)
 
     # --- tasks -----------------------------------------------------------------------------
     async def task_action(self, task_id: str, action: str) -> models.Task:
-        now = self.clock.now()
         if action == "cancel":
-            outcome = await self.db.call(self.store.cancel_task, task_id, now)
+            outcome = await self._store.cancel_task(task_id)
             self._signal([outcome])
         elif action == "retry":
-            await self.db.call(self.store.retry_task, task_id, now)
+            await self._store.retry_task(task_id)
             self.engine.wake()
         elif action == "skip":
-            await self.db.call(self.store.skip_task, task_id, now)
+            await self._store.skip_task(task_id)
             self.engine.wake()
         elif action in ("pause", "resume"):
-            task = await self.db.call(self.store.get_task, task_id)
+            task = await self._store.get_task(task_id)
             if task.status is not models.TaskStatus.RUNNING:
                 raise errors.IllegalTransition(
                     f"task {task_id} is {task.status.value}; only running tasks can {action}"
@@ -301,7 +310,7 @@ class Node:
             raise errors.InvalidRequest(
                 f"unknown action {action!r}; use cancel, pause, resume, retry or skip"
             )
-        task = await self.db.call(self.store.get_task, task_id)
+        task = await self._store.get_task(task_id)
         self.changes.notify(task.pipeline_id or "")
         return task
 
@@ -319,7 +328,7 @@ class Node:
 
     # --- status ----------------------------------------------------------------------------
     async def status(self) -> dict[str, Any]:
-        counts = await self.db.call(self.store.count_by_status)
+        counts = await self._store.count_by_status()
         engine = self.settings.engine_settings()
         return {
             "node_id": self.node_id,
@@ -336,6 +345,68 @@ class Node:
             "engine_stats": dict(self.engine.stats),
             "healthy": self.engine.failure is None,
         }
+
+    # --- reads (what the faces show) ------------------------------------------------------------
+    async def list_pipelines(
+        self, status: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[models.Pipeline]:
+        return await self._store.list_pipelines(status, limit, offset)
+
+    async def get_pipeline(self, pipeline_id: str) -> models.Pipeline:
+        return await self._store.get_pipeline(pipeline_id)
+
+    async def pipeline_with_tasks(
+        self, pipeline_id: str
+    ) -> tuple[models.Pipeline, list[models.Task]]:
+        pipeline = await self._store.get_pipeline(pipeline_id)
+        return pipeline, await self._store.list_tasks(pipeline_id, limit=100_000)
+
+    async def list_tasks(
+        self,
+        pipeline_id: str | None = None,
+        status: list[str] | None = None,
+        task_type: str | None = None,
+        limit: int = 500,
+        offset: int = 0,
+    ) -> list[models.Task]:
+        return await self._store.list_tasks(pipeline_id, status, task_type, limit, offset)
+
+    async def get_task(self, task_id: str) -> models.Task:
+        return await self._store.get_task(task_id)
+
+    async def task_with_events(self, task_id: str) -> tuple[models.Task, list[models.TaskEvent]]:
+        task = await self._store.get_task(task_id)
+        return task, await self._store.task_events(task_id)
+
+    async def task_events(self, task_id: str) -> list[models.TaskEvent]:
+        return await self._store.task_events(task_id)
+
+    async def count_by_status(self) -> dict[str, int]:
+        return await self._store.count_by_status()
+
+    async def nodes(self) -> list[NodeRecord]:
+        """Every node of the cluster this node knows, itself refreshed first."""
+        await self.register_self()
+        return await self._store.list_nodes()
+
+    async def known_nodes(self) -> list[NodeRecord]:
+        return await self._store.list_nodes()
+
+    async def restart_log(self, limit: int = 100) -> list[RestartLogEntry]:
+        return await self._store.restart_log(limit)
+
+    async def latest_change_cursor(self) -> int:
+        return await self._store.latest_cursor()
+
+    async def changes_since(self, cursor: int, limit: int) -> ChangeBatch:
+        """Rows of every owner this node's store holds, changed after `cursor`."""
+        return await self._store.changes_since(None, cursor, limit)
+
+    async def get_setting(self, key: str) -> str | None:
+        return await self._store.get_config(key)
+
+    async def put_setting(self, key: str, value: str) -> None:
+        await self._store.set_config(key, value)
 
 
 def warn_if_network_fs(path: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fredica.config import schema as config
 from fredica.engine.worker import EngineSettings
-from fredica.node import NodeSettings
+from fredica.node.service import NodeSettings
 
 DEFAULT_DATA_DIR = Path(".data")
 CONFIG_FILENAME = "worker.yaml"
@@ -78,4 +78,5 @@ def settings_from_config(
         engine=engine,
         plugins=tuple(cfg.plugins),
         config=cfg,
+        store_url=cfg.store.url,
     )

@@ -1,0 +1,1 @@
+"""The node: its use cases (`service`), its composition (`compose`), its start-up (`bootstrap`)."""

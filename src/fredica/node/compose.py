@@ -1,0 +1,48 @@
+"""Composition: the only module that names a concrete store class (DESIGN §4.14).
+
+`open_store` picks the store for a node's settings: the embedded SQLite file in the data dir
+by default, or PostgreSQL when `store.url` (or `$FREDICA_STORE_URL`) is set. `build_node` wires
+the store, the registry with its plugins and the clock into a `Node`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from fredica.domain.clock import Clock
+from fredica.engine.registry import Registry, builtin_registry
+from fredica.node.service import DB_FILENAME, Node, NodeSettings
+from fredica.store.base import TaskStore
+
+STORE_URL_ENV = "FREDICA_STORE_URL"
+
+
+def store_url(settings: NodeSettings) -> str:
+    """The configured store URL ("" for the embedded SQLite file); the environment wins."""
+    return os.environ.get(STORE_URL_ENV) or settings.store_url
+
+
+def open_store(settings: NodeSettings, clock: Clock | None = None) -> TaskStore:
+    """Open (and migrate) the store this node's settings name."""
+    url = store_url(settings)
+    if url:
+        from fredica.store import postgres
+
+        return postgres.PostgresTaskStore(url, settings.node_id, clock=clock)
+    from fredica.store import sqlite
+
+    return sqlite.SQLiteTaskStore(settings.data_dir / DB_FILENAME, settings.node_id, clock=clock)
+
+
+def build_node(
+    settings: NodeSettings,
+    registry: Registry | None = None,
+    clock: Clock | None = None,
+    store: TaskStore | None = None,
+) -> Node:
+    """A node with its store, executors, templates and plugins."""
+    registry = registry or builtin_registry()
+    if settings.plugins:
+        registry.load_plugins(settings.plugins)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return Node(settings, store or open_store(settings, clock), registry, clock)

@@ -1,0 +1,358 @@
+"""Creation, user control, liveness and start-up recovery, as functions of one transaction.
+
+Liveness and recovery act only on the rows the store is authoritative for (`tx.own_sql`).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from fredica.domain import errors
+from fredica.domain.models import (
+    ErrorType,
+    NewPipeline,
+    NewTask,
+    Pipeline,
+    PipelineStatus,
+    Task,
+    TaskStatus,
+)
+from fredica.store import schema
+from fredica.store.base import CancelOutcome, Liveness, MonitorReport, RecoveryReport
+from fredica.store.rows import PIPELINE_COLUMNS, TASK_COLUMNS, Row, dumps, row_to_pipeline
+from fredica.store.rows import row_to_task as to_task
+from fredica.store.tx import Tx
+from fredica.store.work import apply_failure
+
+S = TaskStatus
+_CANCELLABLE_DIRECTLY = (S.PENDING, S.CLAIMED, S.STALE, S.RECLAIMED)
+_TERMINAL_PIPELINES = "('completed', 'failed', 'cancelled', 'partial_failed')"
+
+
+# --- creation ---------------------------------------------------------------------------------
+def create_pipeline(tx: Tx, spec: NewPipeline) -> tuple[Pipeline, bool]:
+    existing = tx.q(
+        f"SELECT {PIPELINE_COLUMNS} FROM pipeline_instance WHERE material_id = ? "
+        f"AND template = ? AND status NOT IN {_TERMINAL_PIPELINES} LIMIT 1",
+        (spec.material_id, spec.template),
+    ).fetchone()
+    if existing is not None:
+        return row_to_pipeline(existing), True
+    pipeline_id = spec.id or str(uuid.uuid4())
+    tx.q(
+        "INSERT INTO pipeline_instance (id, material_id, template, status, params, "
+        "created_by, owner_id, publisher_id, change_seq, created_at, updated_at) "
+        "VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
+        (
+            pipeline_id,
+            spec.material_id,
+            spec.template,
+            dumps(spec.params),
+            tx.node_id,
+            tx.node_id,
+            spec.publisher_id,
+            tx.seq,
+            tx.now,
+            tx.now,
+        ),
+    )
+    for task_spec in spec.tasks:
+        task_id, inserted = tx.insert_task(task_spec, pipeline_id, spec.material_id, tx.node_id)
+        if not inserted:
+            # Reusing another pipeline's active task would leave this pipeline's routing
+            # hooks unfired (they run for the task's own pipeline): refuse.
+            raise errors.Conflict(
+                f"an active {task_spec.type} task ({task_id}) already does this work "
+                f"for material {spec.material_id}; wait for it or cancel it"
+            )
+    tx.touch_pipeline(pipeline_id)
+    tx.flush_pipelines()
+    return get_pipeline(tx, pipeline_id), False
+
+
+def add_task(tx: Tx, spec: NewTask, pipeline_id: str | None) -> Task:
+    if (
+        pipeline_id is not None
+        and tx.q("SELECT id FROM pipeline_instance WHERE id = ?", (pipeline_id,)).fetchone() is None
+    ):
+        raise errors.NotFound(f"pipeline {pipeline_id} not found")
+    task_id, _ = tx.insert_task(spec, pipeline_id, spec.material_id, tx.node_id)
+    return to_task(tx.task_row(task_id))
+
+
+def get_pipeline(tx: Tx, pipeline_id: str) -> Pipeline:
+    row = tx.q(
+        f"SELECT {PIPELINE_COLUMNS} FROM pipeline_instance WHERE id = ?", (pipeline_id,)
+    ).fetchone()
+    if row is None:
+        raise errors.NotFound(f"pipeline {pipeline_id} not found")
+    return row_to_pipeline(row)
+
+
+# --- user control -------------------------------------------------------------------------------
+def _cancel_row(tx: Tx, row: Row, reason: str) -> CancelOutcome:
+    """Cancel a non-running task at once; flag a running one for its claimer to stop."""
+    if TaskStatus(row["status"]) in _CANCELLABLE_DIRECTLY:
+        tx.transition(
+            row,
+            S.CANCELLED,
+            message=reason,
+            error=reason,
+            error_type=ErrorType.CANCELLED.value,
+            completed_at=tx.now,
+        )
+        return CancelOutcome(row["id"], cancelled=True, running_on=None, attempt=None)
+    tx.q(
+        "UPDATE task SET cancel_requested = 1, updated_at = ?, change_seq = ? WHERE id = ?",
+        (tx.now, tx.seq, row["id"]),
+    )
+    tx.event(row["id"], "cancel_requested", reason)
+    return CancelOutcome(row["id"], False, row["claimed_by"], row["attempt"])
+
+
+def cancel_task(tx: Tx, task_id: str, reason: str) -> CancelOutcome:
+    row = tx.task_row(task_id)
+    status = TaskStatus(row["status"])
+    if status.is_terminal:
+        raise errors.IllegalTransition(f"task {task_id} is already {status.value}")
+    return _cancel_row(tx, row, reason)
+
+
+def cancel_pipeline(tx: Tx, pipeline_id: str, reason: str) -> list[CancelOutcome]:
+    prow = tx.q(
+        f"SELECT status FROM pipeline_instance WHERE id = ?{tx.dialect.lock}", (pipeline_id,)
+    ).fetchone()
+    if prow is None:
+        raise errors.NotFound(f"pipeline {pipeline_id} not found")
+    if PipelineStatus(prow["status"]).is_terminal:
+        raise errors.IllegalTransition(f"pipeline {pipeline_id} is already {prow['status']}")
+    tx.q(
+        "UPDATE pipeline_instance SET cancel_requested = 1, change_seq = ? WHERE id = ?",
+        (tx.seq, pipeline_id),
+    )
+    tx.touch_pipeline(pipeline_id)
+    ids = [
+        r["id"]
+        for r in tx.q(
+            f"SELECT id FROM task WHERE pipeline_id = ? AND status IN {schema.ACTIVE_SQL} "
+            "ORDER BY created_at DESC",
+            (pipeline_id,),
+        )
+    ]
+    outcomes: list[CancelOutcome] = []
+    for task_id in ids:
+        row = tx.task_row(task_id)  # an earlier cascade may have changed it
+        if TaskStatus(row["status"]).is_terminal:
+            continue
+        outcome = _cancel_row(tx, row, reason)
+        if not outcome.cancelled:
+            outcomes.append(outcome)
+    return outcomes
+
+
+def retry_task(tx: Tx, task_id: str) -> Task:
+    row = tx.task_row(task_id)
+    status = TaskStatus(row["status"])
+    if status not in (S.FAILED, S.CANCELLED):
+        raise errors.IllegalTransition(
+            f"task {task_id} is {status.value}; only failed or cancelled tasks can be retried"
+        )
+    if row["pipeline_id"]:
+        tx.q(
+            "UPDATE pipeline_instance SET cancel_requested = 0 WHERE id = ?",
+            (row["pipeline_id"],),
+        )
+    tx.transition(
+        row,
+        S.PENDING,
+        event_type="retried",
+        message="manual retry",
+        retry_count=0,
+        retry_after=None,
+        error=None,
+        error_type=None,
+        completed_at=None,
+        claimed_by=None,
+        progress=0,
+        cancel_requested=0,
+    )
+    return to_task(tx.task_row(task_id))
+
+
+def skip_task(tx: Tx, task_id: str, reason: str) -> Task:
+    row = tx.task_row(task_id)
+    status = TaskStatus(row["status"])
+    if status not in (S.PENDING, S.FAILED, S.CANCELLED):
+        raise errors.IllegalTransition(
+            f"task {task_id} is {status.value}; only pending, failed or cancelled "
+            "tasks can be skipped"
+        )
+    tx.transition(row, S.SKIPPED, message=reason, completed_at=tx.now, claimed_by=None, error=None)
+    return to_task(tx.task_row(task_id))
+
+
+# --- liveness (the owner's monitor) ----------------------------------------------------------
+def _scan(tx: Tx, condition: str, params: tuple[float, ...]) -> list[Row]:
+    return list(
+        tx.q(
+            f"SELECT {TASK_COLUMNS} FROM task WHERE {condition} AND {tx.own_sql} "
+            f"ORDER BY id{tx.dialect.skip_locked}",
+            (*params, *tx.own_params),
+        )
+    )
+
+
+def monitor(tx: Tx, liveness: Liveness) -> MonitorReport:
+    now = tx.now
+    report = MonitorReport([], [], [], [])
+    for row in _scan(tx, "status = 'running' AND heartbeat_at < ?", (now - liveness.stale_after,)):
+        tx.transition(
+            row, S.STALE, message=f"no heartbeat for {now - row['heartbeat_at']:.1f}s", stale_at=now
+        )
+        report.stale.append(row["id"])
+    stale_rows = _scan(tx, "status = 'stale' AND heartbeat_at < ?", (now - liveness.reclaim_after,))
+    for row in stale_rows:
+        tx.transition(
+            row,
+            S.RECLAIMED,
+            message=f"no heartbeat for {now - row['heartbeat_at']:.1f}s; reclaimed",
+            reclaimed_at=now,
+        )
+        apply_failure(
+            tx,
+            tx.task_row(row["id"]),
+            f"worker {row['claimed_by']} stopped sending heartbeats",
+            ErrorType.TRANSIENT,
+            None,
+            event_type="requeued",
+        )
+        report.reclaimed.append(row["id"])
+        after = to_task(tx.task_row(row["id"]))
+        if after.status is S.FAILED:
+            report.failed.append(after)
+    for row in _scan(tx, "status = 'claimed' AND claimed_at < ?", (now - liveness.claim_timeout,)):
+        tx.transition(
+            row,
+            S.PENDING,
+            event_type="released",
+            message="claimed but never started",
+            claimed_by=None,
+        )
+        report.released.append(row["id"])
+    return report
+
+
+# --- start-up recovery (seed 000, five steps; DESIGN §4.6) ----------------------------------
+_LOG_INSERT = (
+    "INSERT INTO restart_task_log (restarted_at, node_id, task_id, pipeline_id, task_type, "
+    "previous_status, new_status, action, message) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def recover_startup(tx: Tx) -> RecoveryReport:
+    report = RecoveryReport()
+    # 1. snapshot every non-terminal task this node was working on
+    snapshot = list(
+        tx.q(
+            f"SELECT {TASK_COLUMNS} FROM task WHERE claimed_by = ? "
+            f"AND status IN ('claimed', 'running', 'stale') AND {tx.own_sql} "
+            f"ORDER BY id{tx.dialect.lock}",
+            (tx.node_id, *tx.own_params),
+        )
+    )
+    report.snapshot = [to_task(r) for r in snapshot]
+    # 2. reset zombies (claimed -> pending; running/stale -> TRANSIENT failure), 3. log them
+    for row in snapshot:
+        _reset_zombie(tx, row, report)
+    # 4. orphans: active tasks without a pipeline
+    for row in tx.q(
+        f"SELECT {TASK_COLUMNS} FROM task WHERE status IN {schema.ACTIVE_SQL} AND {tx.own_sql} "
+        "AND (pipeline_id IS NULL OR pipeline_id NOT IN (SELECT id FROM pipeline_instance)) "
+        f"ORDER BY id{tx.dialect.lock}",
+        tx.own_params,
+    ).fetchall():
+        _fail_orphan(tx, row)
+        report.orphans += 1
+    # 5. reconcile every non-terminal pipeline from its task rows
+    report.pipelines_reconciled = reconcile(tx)
+    return report
+
+
+def _reset_zombie(tx: Tx, row: Row, report: RecoveryReport) -> None:
+    prev = row["status"]
+    if prev == S.CLAIMED.value:
+        tx.transition(
+            row,
+            S.PENDING,
+            event_type="released",
+            message="claimed when the node stopped; requeued",
+            claimed_by=None,
+        )
+        action = "requeued"
+    else:
+        apply_failure(tx, row, "interrupted by restart", ErrorType.TRANSIENT, None)
+        action = "interrupted"
+    after = to_task(tx.task_row(row["id"]))
+    if after.status is S.FAILED:
+        report.failed.append(after)
+    elif action == "interrupted":
+        report.requeued_after_interrupt += 1
+    else:
+        report.requeued += 1
+    tx.q(
+        _LOG_INSERT,
+        (
+            tx.now,
+            tx.node_id,
+            row["id"],
+            row["pipeline_id"],
+            row["type"],
+            prev,
+            after.status.value,
+            action,
+            after.error,
+        ),
+    )
+
+
+def _fail_orphan(tx: Tx, row: Row) -> None:
+    message = "no pipeline owns this task"
+    tx.transition(
+        row,
+        S.FAILED,
+        event_type="orphaned",
+        message=message,
+        error=f"orphaned: {message}",
+        error_type=ErrorType.PERMANENT.value,
+        completed_at=tx.now,
+        claimed_by=row["claimed_by"],
+    )
+    tx.q(
+        _LOG_INSERT,
+        (
+            tx.now,
+            tx.node_id,
+            row["id"],
+            row["pipeline_id"],
+            row["type"],
+            row["status"],
+            "failed",
+            "orphaned",
+            message,
+        ),
+    )
+
+
+def reconcile(tx: Tx) -> int:
+    """Recount and re-derive every non-terminal pipeline this store owns."""
+    ids = [
+        r["id"]
+        for r in tx.q(
+            f"SELECT id FROM pipeline_instance WHERE status NOT IN {_TERMINAL_PIPELINES} "
+            f"AND {tx.own_sql} ORDER BY id",
+            tx.own_params,
+        )
+    ]
+    for pipeline_id in ids:
+        tx.recount(pipeline_id)
+    return len(ids)

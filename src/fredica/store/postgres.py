@@ -1,0 +1,243 @@
+"""The PostgreSQL store: an always-on cluster shares one database (DESIGN §4.14 topology c).
+
+Every node of the cluster points at the same database (`store.url` in worker.yaml or
+`$FREDICA_STORE_URL`). The database is the owner of every row, so there is no replication and
+no peer HTTP: claims lock ready rows with `FOR UPDATE SKIP LOCKED` (two nodes never wait on, or
+take, the same task), every transition is the same fenced compare-and-set as on SQLite, and
+liveness is judged by the database's clock (`clock_timestamp()`), one clock for the whole
+cluster. Commits announce themselves with `NOTIFY fredica`; each node `LISTEN`s and wakes its
+engine and its web page at once instead of polling.
+
+The change sequence of a row is the id of the transaction that wrote it. A reader's cursor only
+advances past transactions that every snapshot sees as finished (`pg_snapshot_xmin`), so a
+transaction that commits late is never skipped by the change feed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
+
+import psycopg
+import psycopg_pool
+from psycopg import errors as pg_errors
+from psycopg.rows import dict_row
+
+from fredica.domain import errors
+from fredica.domain.clock import Clock
+from fredica.store import pg_schema
+from fredica.store.base import Signal
+from fredica.store.rows import Conn, Cursor, Dialect
+from fredica.store.sql import SQLStore
+from fredica.store.sqlite import split_sql
+from fredica.store.tx import Tx
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "fredica"
+MIGRATION_LOCK = 7_463_102_001  # pg_advisory_lock key: nodes starting together migrate in turn
+CONNECT_TIMEOUT_SEC = 10.0
+LISTEN_POLL_SEC = 0.5  # seconds between checks of the stop flag while listening
+LISTEN_RETRY_SEC = 1.0  # seconds before the listener reconnects after losing its connection
+
+DIALECT = Dialect(
+    name="postgresql",
+    lock=" FOR UPDATE",
+    skip_locked=" FOR UPDATE SKIP LOCKED",
+    claim_hint="",
+    insertion_order="ord",
+    driver_errors=(psycopg.Error,),
+)
+
+_RETRYABLE = (
+    pg_errors.SerializationFailure,
+    pg_errors.DeadlockDetected,
+    pg_errors.LockNotAvailable,
+)
+
+
+class _PgConn:
+    """A psycopg connection that runs the stores' `?`-style SQL."""
+
+    def __init__(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
+        if params:
+            return self._conn.execute(_convert(sql), params)  # type: ignore[arg-type]
+        return self._conn.execute(sql)  # type: ignore[arg-type]
+
+
+_CONVERTED: dict[str, str] = {}
+
+
+def _convert(sql: str) -> str:
+    converted = _CONVERTED.get(sql)
+    if converted is None:
+        converted = sql.replace("%", "%%").replace("?", "%s")
+        _CONVERTED[sql] = converted
+    return converted
+
+
+def describe_url(url: str) -> str:
+    """user@host:port/db of a connection URL, without its password (for messages)."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "(an invalid postgresql:// URL)"
+    host = info.get("host") or "localhost"
+    port = info.get("port") or "5432"
+    user = f"{info['user']}@" if info.get("user") else ""
+    return f"{user}{host}:{port}/{info.get('dbname') or ''}"
+
+
+class PostgresTaskStore(SQLStore):
+    """The owner-store contract on a shared PostgreSQL database (see the module docstring)."""
+
+    dialect = DIALECT
+
+    def __init__(
+        self,
+        url: str,
+        node_id: str,
+        clock: Clock | None = None,
+        pool_size: int = 4,
+    ) -> None:
+        # clock=None: the database's clock (production). Tests inject a ManualClock.
+        super().__init__(node_id, clock, threads=pool_size)
+        self.url = url
+        self._stop = threading.Event()
+        self._listener: threading.Thread | None = None
+        self._db = psycopg_pool.ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            open=False,
+            name=f"fredica-{node_id}",
+        )
+        try:
+            self._db.open(wait=True, timeout=CONNECT_TIMEOUT_SEC)
+            self._migrate()
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            self._db.close()
+            raise errors.StoreError(
+                f"cannot use PostgreSQL at {describe_url(url)}: {_first_line(exc)}"
+            ) from exc
+
+    # --- SQLStore -----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[Conn]:
+        with self._db.connection() as conn:
+            yield _PgConn(cast("psycopg.Connection[dict[str, Any]]", conn))
+
+    def _begin(self, conn: Conn) -> None:
+        conn.execute("BEGIN")
+
+    def _allocate_seq(self, conn: Conn) -> int:
+        row = conn.execute("SELECT pg_current_xact_id()::text::bigint AS seq").fetchone()
+        return int(row["seq"])
+
+    def _clock_now(self, conn: Conn) -> float:
+        if self.clock is not None:
+            return self.clock.now()
+        row = conn.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8 AS now").fetchone()
+        return float(row["now"])
+
+    def _own(self) -> tuple[str, tuple[Any, ...]]:
+        return "TRUE", ()  # the database is the owner of every row it holds
+
+    def _is_retryable(self, exc: BaseException) -> bool:
+        if isinstance(exc, _RETRYABLE):
+            return True
+        # two nodes inserting the same idempotency key at once: the loser runs again and
+        # finds the winner's task
+        return (
+            isinstance(exc, pg_errors.UniqueViolation)
+            and exc.diag.constraint_name == "task_idempotency_active"
+        )
+
+    def _read_cursor_bound(self, conn: Conn) -> int:
+        row = conn.execute(
+            "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint - 1 AS bound"
+        ).fetchone()
+        return int(row["bound"])
+
+    def _before_commit(self, conn: Conn, tx: Tx) -> None:
+        if tx.ready:
+            conn.execute(
+                "SELECT pg_notify(?, 'changed') AS a, pg_notify(?, 'ready') AS b",
+                (CHANNEL, CHANNEL),
+            )
+        elif tx.changed:
+            conn.execute("SELECT pg_notify(?, 'changed') AS a", (CHANNEL,))
+
+    def _after_commit(self, tx: Tx) -> None:
+        """Subscribers hear every commit, this node's included, through LISTEN."""
+
+    def _close_connections(self) -> None:
+        self._stop.set()
+        if self._listener is not None:
+            self._listener.join(timeout=LISTEN_POLL_SEC * 4)
+        self._db.close()
+
+    # --- LISTEN ---------------------------------------------------------------------------------
+    def subscribe(self, listener: Any) -> None:
+        super().subscribe(listener)
+        if self._listener is None:
+            self._listener = threading.Thread(
+                target=self._listen_loop, name="fredica-pg-listen", daemon=True
+            )
+            self._listener.start()
+
+    def _listen_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self.url, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    # notifications sent while we were not listening are lost: look once
+                    self._emit(Signal.READY)
+                    self._emit(Signal.CHANGED)
+                    while not self._stop.is_set():
+                        for note in conn.notifies(timeout=LISTEN_POLL_SEC):
+                            with contextlib.suppress(ValueError):
+                                self._emit(Signal(note.payload))
+            except psycopg.Error as exc:
+                if self._stop.is_set():
+                    return
+                logger.warning(
+                    "lost the notification connection (%s); reconnecting",
+                    _first_line(exc),
+                    extra={"action": "pg_listen"},
+                )
+                self._stop.wait(LISTEN_RETRY_SEC)
+
+    # --- migrations -------------------------------------------------------------------------------
+    def _migrate(self) -> None:
+        with self._db.connection() as conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+            try:
+                conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+                row = conn.execute("SELECT MAX(version) AS v FROM schema_version").fetchone()
+                current = int(cast("dict[str, Any]", row)["v"] or 0) if row else 0
+                if current > pg_schema.SCHEMA_VERSION:
+                    raise errors.StoreError(
+                        f"database schema version {current} is newer than this fredica "
+                        f"({pg_schema.SCHEMA_VERSION}); upgrade fredica"
+                    )
+                for version in range(current + 1, pg_schema.SCHEMA_VERSION + 1):
+                    with conn.transaction():
+                        for statement in split_sql(pg_schema.MIGRATIONS[version - 1]):
+                            conn.execute(statement)  # type: ignore[call-overload]
+                        conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+                    logger.info("schema migrated to %d", version, extra={"action": "migrate"})
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

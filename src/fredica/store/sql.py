@@ -1,0 +1,554 @@
+"""`SQLStore`: the owner-store contract on a SQL database, shared by SQLite and PostgreSQL.
+
+The operations are synchronous functions of one transaction (`store.work`, `store.control`);
+this class runs them on the store's own threads so that no database call blocks the event loop,
+retries a transaction the database reports as busy, locked, deadlocked or serialization-failed,
+turns every other driver error into `StoreError`, and tells subscribers what a commit changed.
+A subclass supplies connections, transaction control, the change sequence and the clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from abc import abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from fredica.domain import errors
+from fredica.domain.clock import Clock
+from fredica.domain.models import NewPipeline, NewTask, Pipeline, Task, TaskEvent, TaskStatus
+from fredica.store import control, work
+from fredica.store.base import (
+    CancelOutcome,
+    ChangeBatch,
+    ClaimFilter,
+    CompletionItem,
+    Failure,
+    HeartbeatFeedback,
+    Liveness,
+    MonitorReport,
+    NodeRecord,
+    RecoveryReport,
+    RestartLogEntry,
+    Signal,
+    SignalListener,
+    SpawnHookLookup,
+    TaskStore,
+    no_hooks,
+)
+from fredica.store.rows import (
+    PIPELINE_COLUMNS,
+    TASK_COLUMNS,
+    Conn,
+    Dialect,
+    Row,
+    dumps,
+    loads_opt,
+    row_to_pipeline,
+    row_to_task,
+)
+from fredica.store.tx import Tx
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RETRY_ATTEMPTS = 8  # a busy/locked/deadlocked transaction is run again up to this many times
+RETRY_BACKOFF = 0.02  # seconds, doubled on each retry
+
+
+class SQLStore(TaskStore):
+    """The contract over a SQL database (see the module docstring)."""
+
+    dialect: Dialect
+
+    def __init__(self, node_id: str, clock: Clock | None, threads: int) -> None:
+        self.node_id = node_id
+        self.clock = clock
+        self._hooks: SpawnHookLookup = no_hooks
+        self._listeners: list[SignalListener] = []
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fredica-store")
+        self._closed = False
+
+    # --- what a subclass provides ---------------------------------------------------------------
+    @abstractmethod
+    def _connection(self) -> contextlib.AbstractContextManager[Conn]:
+        """A connection for one operation (autocommit; `_begin` opens a transaction)."""
+
+    @abstractmethod
+    def _begin(self, conn: Conn) -> None:
+        """Open a write transaction."""
+
+    @abstractmethod
+    def _allocate_seq(self, conn: Conn) -> int:
+        """The change sequence of the current transaction (called once per transaction)."""
+
+    @abstractmethod
+    def _clock_now(self, conn: Conn) -> float:
+        """The store's clock, read inside the transaction."""
+
+    @abstractmethod
+    def _own(self) -> tuple[str, tuple[Any, ...]]:
+        """SQL predicate (with parameters) for the rows this store is authoritative for."""
+
+    @abstractmethod
+    def _is_retryable(self, exc: BaseException) -> bool:
+        """Is this driver error worth running the transaction again (busy, deadlock...)?"""
+
+    @abstractmethod
+    def _read_cursor_bound(self, conn: Conn) -> int:
+        """The highest change sequence every earlier writer has committed or abandoned."""
+
+    @abstractmethod
+    def _close_connections(self) -> None:
+        """Close the database connections."""
+
+    def _before_commit(self, conn: Conn, tx: Tx) -> None:
+        """Called with the transaction still open (e.g. to queue a notification)."""
+
+    def _after_commit(self, tx: Tx) -> None:
+        """Tell this process's subscribers what the commit changed."""
+        if tx.changed:
+            self._emit(Signal.CHANGED)
+        if tx.ready:
+            self._emit(Signal.READY)
+
+    # --- composition ----------------------------------------------------------------------------
+    def set_hooks(self, hooks: SpawnHookLookup) -> None:
+        self._hooks = hooks
+
+    def subscribe(self, listener: SignalListener) -> None:
+        self._listeners.append(listener)
+
+    def _emit(self, signal: Signal) -> None:
+        for listener in self._listeners:
+            try:
+                listener(signal)
+            except Exception:  # a listener must never break a commit
+                logger.exception("store listener failed", extra={"action": "store_signal"})
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.get_running_loop().run_in_executor(self._pool, self._close_connections)
+        self._pool.shutdown(wait=True)
+
+    # --- running operations ---------------------------------------------------------------------
+    async def _run(self, fn: Callable[[], T]) -> T:
+        if self._closed:
+            raise errors.StoreError("the store is closed")
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+
+    async def _write(self, fn: Callable[[Tx], T], node_id: str | None = None) -> T:
+        return await self._run(functools.partial(self._write_sync, fn, node_id or self.node_id))
+
+    async def _read(self, fn: Callable[[Conn], T]) -> T:
+        return await self._run(functools.partial(self._with_retries, fn))
+
+    def _write_sync(self, fn: Callable[[Tx], T], node_id: str) -> T:
+        def once(conn: Conn) -> tuple[T, Tx]:
+            self._begin(conn)
+            try:
+                now = self._clock_now(conn)
+                tx = Tx(conn, self.dialect, node_id, now, self._allocate_seq, self._own())
+                result = fn(tx)
+                tx.flush_pipelines()
+                self._before_commit(conn, tx)
+            except BaseException:
+                with contextlib.suppress(*self.dialect.driver_errors):
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result, tx
+
+        result, tx = self._with_retries(once)
+        self._after_commit(tx)
+        return result
+
+    def _with_retries(self, fn: Callable[[Conn], T]) -> T:
+        delay = RETRY_BACKOFF
+        for attempt in range(1, RETRY_ATTEMPTS + 1):
+            try:
+                with self._connection() as conn:
+                    return fn(conn)
+            except errors.FredicaError:
+                raise
+            except self.dialect.driver_errors as exc:
+                if attempt < RETRY_ATTEMPTS and self._is_retryable(exc):
+                    logger.debug("store busy, retrying: %s", exc, extra={"action": "store_retry"})
+                    time.sleep(delay)
+                    delay *= 2
+                    continue
+                raise self._store_error(exc) from exc
+        raise errors.StoreError("unreachable")  # pragma: no cover
+
+    def _store_error(self, exc: BaseException) -> errors.StoreError:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if self._is_retryable(exc):
+            return errors.StoreBusy(f"the database stayed busy: {text}")
+        return errors.StoreError(f"{self.dialect.name}: {text}")
+
+    # --- clock ------------------------------------------------------------------------------
+    async def now(self) -> float:
+        return await self._read(self._clock_now)
+
+    # --- app_config ---------------------------------------------------------------------------
+    async def get_config(self, key: str) -> str | None:
+        def read(conn: Conn) -> str | None:
+            row = conn.execute(
+                "SELECT value FROM app_config WHERE node_id = ? AND key = ?", (self.node_id, key)
+            ).fetchone()
+            return None if row is None else str(row["value"])
+
+        return await self._read(read)
+
+    async def set_config(self, key: str, value: str) -> None:
+        def write(tx: Tx) -> None:
+            tx.q(
+                "INSERT INTO app_config (node_id, key, value, updated_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (node_id, key) DO UPDATE SET value = excluded.value, "
+                "updated_at = excluded.updated_at",
+                (self.node_id, key, value, tx.now),
+            )
+
+        await self._write(write)
+
+    # --- creation and control -----------------------------------------------------------------
+    async def create_pipeline(self, spec: NewPipeline) -> tuple[Pipeline, bool]:
+        return await self._write(lambda tx: control.create_pipeline(tx, spec))
+
+    async def add_task(self, spec: NewTask, pipeline_id: str | None = None) -> Task:
+        return await self._write(lambda tx: control.add_task(tx, spec, pipeline_id))
+
+    async def cancel_task(self, task_id: str, reason: str = "cancelled by user") -> CancelOutcome:
+        return await self._write(lambda tx: control.cancel_task(tx, task_id, reason))
+
+    async def cancel_pipeline(
+        self, pipeline_id: str, reason: str = "pipeline cancelled"
+    ) -> list[CancelOutcome]:
+        return await self._write(lambda tx: control.cancel_pipeline(tx, pipeline_id, reason))
+
+    async def retry_task(self, task_id: str) -> Task:
+        return await self._write(lambda tx: control.retry_task(tx, task_id))
+
+    async def skip_task(self, task_id: str, reason: str = "skipped by user") -> Task:
+        return await self._write(lambda tx: control.skip_task(tx, task_id, reason))
+
+    # --- claims and reports ---------------------------------------------------------------------
+    async def claim(self, flt: ClaimFilter, node_id: str | None = None) -> list[Task]:
+        if flt.limit <= 0 or (flt.types is not None and not flt.types):
+            return []
+        return await self._write(lambda tx: work.claim(tx, flt), node_id)
+
+    async def start(self, task_id: str, attempt: int, node_id: str | None = None) -> Task:
+        return await self._write(lambda tx: work.start(tx, task_id, attempt), node_id)
+
+    async def release(
+        self, task_id: str, attempt: int, reason: str, node_id: str | None = None
+    ) -> Task:
+        return await self._write(lambda tx: work.release(tx, task_id, attempt, reason), node_id)
+
+    async def heartbeat(
+        self, tasks: Sequence[tuple[str, int]], node_id: str | None = None
+    ) -> list[HeartbeatFeedback]:
+        return await self._write(lambda tx: work.heartbeat(tx, tasks), node_id)
+
+    async def progress(
+        self, updates: Sequence[tuple[str, int, int, str | None]], node_id: str | None = None
+    ) -> None:
+        await self._write(lambda tx: work.progress(tx, updates), node_id)
+
+    async def set_paused(
+        self,
+        task_id: str,
+        attempt: int,
+        paused: bool,
+        reason: str | None,
+        node_id: str | None = None,
+    ) -> Task:
+        return await self._write(
+            lambda tx: work.set_paused(tx, task_id, attempt, paused, reason), node_id
+        )
+
+    async def record_event(
+        self, task_id: str, event_type: str, message: str | None, node_id: str | None = None
+    ) -> None:
+        await self._write(lambda tx: tx.event(task_id, event_type, message), node_id)
+
+    async def complete_and_claim(
+        self,
+        items: Sequence[CompletionItem],
+        claim: ClaimFilter | None = None,
+        node_id: str | None = None,
+    ) -> tuple[list[Task | errors.FredicaError], list[Task]]:
+        hooks = self._hooks
+        return await self._write(
+            lambda tx: work.complete_and_claim(tx, items, hooks, claim), node_id
+        )
+
+    async def fail(self, failure: Failure, node_id: str | None = None) -> Task:
+        return await self._write(lambda tx: work.fail(tx, failure), node_id)
+
+    # --- liveness and recovery --------------------------------------------------------------------
+    async def monitor(self, liveness: Liveness) -> MonitorReport:
+        return await self._write(lambda tx: control.monitor(tx, liveness))
+
+    async def recover_startup(self, node_id: str | None = None) -> RecoveryReport:
+        return await self._write(control.recover_startup, node_id)
+
+    async def recalculate(self, pipeline_id: str) -> Pipeline:
+        def write(tx: Tx) -> Pipeline:
+            control.get_pipeline(tx, pipeline_id)  # NotFound first
+            tx.recount(pipeline_id)
+            return control.get_pipeline(tx, pipeline_id)
+
+        return await self._write(write)
+
+    # --- nodes ----------------------------------------------------------------------------------
+    async def upsert_node(self, record: NodeRecord) -> None:
+        def write(tx: Tx) -> None:
+            tx.q(
+                "INSERT INTO worker_node (id, hostname, capabilities, status, max_workers, "
+                "last_seen_at, address, info) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, "
+                "capabilities = excluded.capabilities, status = excluded.status, "
+                "max_workers = excluded.max_workers, last_seen_at = excluded.last_seen_at, "
+                "address = excluded.address, info = excluded.info",
+                (
+                    record.id,
+                    record.hostname,
+                    dumps(record.capabilities),
+                    record.status,
+                    record.max_workers,
+                    tx.now,
+                    record.address,
+                    dumps(record.info),
+                ),
+            )
+
+        await self._write(write)
+
+    async def list_nodes(self) -> list[NodeRecord]:
+        def read(conn: Conn) -> list[NodeRecord]:
+            return [
+                NodeRecord(
+                    id=r["id"],
+                    hostname=r["hostname"],
+                    capabilities=loads_opt(r["capabilities"]) or [],
+                    status=r["status"],
+                    max_workers=r["max_workers"],
+                    last_seen_at=r["last_seen_at"],
+                    address=r["address"],
+                    info=loads_opt(r["info"]) or {},
+                )
+                for r in conn.execute(
+                    "SELECT id, hostname, capabilities, status, max_workers, last_seen_at, "
+                    "address, info FROM worker_node ORDER BY id"
+                )
+            ]
+
+        return await self._read(read)
+
+    # --- reads ----------------------------------------------------------------------------------
+    async def get_task(self, task_id: str) -> Task:
+        def read(conn: Conn) -> Task:
+            row = conn.execute(
+                f"SELECT {TASK_COLUMNS} FROM task WHERE id = ?", (task_id,)
+            ).fetchone()
+            if row is None:
+                raise errors.NotFound(f"task {task_id} not found")
+            return row_to_task(row)
+
+        return await self._read(read)
+
+    async def get_pipeline(self, pipeline_id: str) -> Pipeline:
+        def read(conn: Conn) -> Pipeline:
+            row = conn.execute(
+                f"SELECT {PIPELINE_COLUMNS} FROM pipeline_instance WHERE id = ?", (pipeline_id,)
+            ).fetchone()
+            if row is None:
+                raise errors.NotFound(f"pipeline {pipeline_id} not found")
+            return row_to_pipeline(row)
+
+        return await self._read(read)
+
+    async def list_pipelines(
+        self, status: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[Pipeline]:
+        sql = f"SELECT {PIPELINE_COLUMNS} FROM pipeline_instance"
+        params: list[Any] = []
+        if status:
+            sql += " WHERE status = ?"
+            params.append(status)
+        sql += " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
+        params += [limit, offset]
+        return await self._read(
+            lambda conn: [row_to_pipeline(r) for r in conn.execute(sql, params)]
+        )
+
+    async def list_tasks(
+        self,
+        pipeline_id: str | None = None,
+        status: Sequence[str] | None = None,
+        task_type: str | None = None,
+        limit: int = 500,
+        offset: int = 0,
+    ) -> list[Task]:
+        where: list[str] = []
+        params: list[Any] = []
+        if pipeline_id:
+            where.append("pipeline_id = ?")
+            params.append(pipeline_id)
+        if status:
+            where.append(f"status IN ({','.join('?' for _ in status)})")
+            params.extend(status)
+        if task_type:
+            where.append("type = ?")
+            params.append(task_type)
+        sql = f"SELECT {TASK_COLUMNS} FROM task"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        order_col = self.dialect.insertion_order
+        order = (
+            f"created_at ASC, {order_col} ASC"
+            if pipeline_id
+            else f"created_at DESC, {order_col} DESC"
+        )
+        sql += f" ORDER BY {order} LIMIT ? OFFSET ?"
+        params += [limit, offset]
+        return await self._read(lambda conn: [row_to_task(r) for r in conn.execute(sql, params)])
+
+    async def task_events(self, task_id: str) -> list[TaskEvent]:
+        sql = (
+            "SELECT id, task_id, node_id, event_type, message, occurred_at FROM task_event "
+            f"WHERE task_id = ? ORDER BY occurred_at, {self.dialect.insertion_order}"
+        )
+
+        def read(conn: Conn) -> list[TaskEvent]:
+            return [
+                TaskEvent(
+                    r["id"],
+                    r["task_id"],
+                    r["node_id"],
+                    r["event_type"],
+                    r["message"],
+                    r["occurred_at"],
+                )
+                for r in conn.execute(sql, (task_id,))
+            ]
+
+        return await self._read(read)
+
+    async def count_created_since(self, publisher_id: str, since: float) -> int:
+        def read(conn: Conn) -> int:
+            row = conn.execute(
+                "SELECT COUNT(*) AS n FROM task WHERE publisher_id = ? AND created_at > ?",
+                (publisher_id, since),
+            ).fetchone()
+            return int(row["n"])
+
+        return await self._read(read)
+
+    async def count_by_status(self) -> dict[str, int]:
+        def read(conn: Conn) -> dict[str, int]:
+            counts = {s.value: 0 for s in TaskStatus}
+            for r in conn.execute("SELECT status, COUNT(*) AS n FROM task GROUP BY status"):
+                counts[r["status"]] = int(r["n"])
+            return counts
+
+        return await self._read(read)
+
+    async def restart_log(self, limit: int = 100) -> list[RestartLogEntry]:
+        def read(conn: Conn) -> list[RestartLogEntry]:
+            return [
+                RestartLogEntry(**{name: r[name] for name in RestartLogEntry.__slots__})
+                for r in conn.execute(
+                    "SELECT id, restarted_at, node_id, task_id, pipeline_id, task_type, "
+                    "previous_status, new_status, action, message FROM restart_task_log "
+                    "ORDER BY id DESC LIMIT ?",
+                    (limit,),
+                )
+            ]
+
+        return await self._read(read)
+
+    async def local_running(self, node_id: str | None = None) -> list[Task]:
+        node = node_id or self.node_id
+        return await self._read(
+            lambda conn: [
+                row_to_task(r)
+                for r in conn.execute(
+                    f"SELECT {TASK_COLUMNS} FROM task WHERE claimed_by = ? "
+                    "AND status IN ('claimed', 'running', 'stale')",
+                    (node,),
+                )
+            ]
+        )
+
+    # --- change feed ------------------------------------------------------------------------------
+    async def latest_cursor(self, owner_id: str | None = None) -> int:
+        return await self._read(self._read_cursor_bound)
+
+    async def changes_since(
+        self, owner_id: str | None, cursor: int, limit: int = 1000
+    ) -> ChangeBatch:
+        return await self._read(functools.partial(self._changes, owner_id, cursor, limit))
+
+    def _changes(self, owner_id: str | None, cursor: int, limit: int, conn: Conn) -> ChangeBatch:
+        bound = self._read_cursor_bound(conn)
+        task_rows = _changed_rows(conn, "task", TASK_COLUMNS, owner_id, cursor, bound, limit)
+        pipeline_rows = _changed_rows(
+            conn, "pipeline_instance", PIPELINE_COLUMNS, owner_id, cursor, bound, limit
+        )
+        # A full page may stop inside one transaction's rows: end the batch before that
+        # transaction (it comes whole in the next batch); a transaction larger than a whole
+        # page is sent whole.
+        end, whole = bound, False
+        for rows in (task_rows, pipeline_rows):
+            if len(rows) >= limit:
+                first, last = rows[0]["change_seq"], rows[-1]["change_seq"]
+                end = min(end, last if first == last else last - 1)
+                whole = whole or first == last
+        if whole:
+            task_rows = _changed_rows(conn, "task", TASK_COLUMNS, owner_id, cursor, end, None)
+            pipeline_rows = _changed_rows(
+                conn, "pipeline_instance", PIPELINE_COLUMNS, owner_id, cursor, end, None
+            )
+        return ChangeBatch(
+            [row_to_task(r) for r in task_rows if r["change_seq"] <= end],
+            [row_to_pipeline(r) for r in pipeline_rows if r["change_seq"] <= end],
+            max(end, cursor),
+        )
+
+
+def _changed_rows(
+    conn: Conn,
+    table: str,
+    columns: str,
+    owner_id: str | None,
+    cursor: int,
+    bound: int,
+    limit: int | None,
+) -> list[Row]:
+    sql = f"SELECT {columns} FROM {table} WHERE change_seq > ? AND change_seq <= ?"
+    params: list[Any] = [cursor, bound]
+    if owner_id is not None:
+        sql += " AND owner_id = ?"
+        params.append(owner_id)
+    sql += " ORDER BY change_seq"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(limit)
+    return list(conn.execute(sql, params))
+
+
+@contextlib.contextmanager
+def shared_connection(conn: Conn) -> Iterator[Conn]:
+    """A context manager over one long-lived connection (the SQLite store's)."""
+    yield conn
