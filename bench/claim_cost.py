@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from bench import noop_plugin
 from bench.util import log, mean, percentile, rnd
 from fredica.domain.models import NewPipeline, NewTask
 from fredica.engine.registry import Registry, builtin_registry
-from fredica.store.base import ClaimFilter, CompletionItem
+from fredica.store.base import ClaimFilter, CompletionItem, TaskStore
 from fredica.store.sqlite import SQLiteTaskStore
 
 NODE_ID = "bench-node"
@@ -42,7 +43,7 @@ def _registry() -> Registry:
     return registry
 
 
-async def build_backlog(store: SQLiteTaskStore, pending: int) -> None:
+async def build_backlog(store: TaskStore, pending: int) -> None:
     """`pending` pending no-op tasks, half blocked on a running parent (one gate per pipeline of
     100 pending tasks, created in one transaction each)."""
     pipelines = max(1, pending // PIPELINE_PENDING)
@@ -79,7 +80,7 @@ async def explain_claim(store: SQLiteTaskStore) -> dict[str, Any]:
     }
 
 
-async def measure(store: SQLiteTaskStore, claims: int) -> dict[str, Any]:
+async def measure(store: TaskStore, claims: int) -> dict[str, Any]:
     flt = ClaimFilter(limit=1, types=frozenset({noop_plugin.NOOP}), start=True)
     claim_ms: list[float] = []
     complete_ms: list[float] = []
@@ -111,16 +112,27 @@ async def measure(store: SQLiteTaskStore, claims: int) -> dict[str, Any]:
 
 
 def run(data_dir: Path, sizes: list[int], claims: int) -> dict[str, Any]:
-    return asyncio.run(_run(data_dir, sizes, claims))
+    """The SQLite store: a fresh file per backlog size."""
+    return run_on(
+        lambda size: SQLiteTaskStore(data_dir / f"claim-{label(size)}" / "fredica.db", NODE_ID),
+        sizes,
+        claims,
+    )
 
 
-async def _run(data_dir: Path, sizes: list[int], claims: int) -> dict[str, Any]:
+def run_on(open_store: Callable[[int], TaskStore], sizes: list[int], claims: int) -> dict[str, Any]:
+    """Claim cost on the stores `open_store(size)` opens (one fresh database per size)."""
+    return asyncio.run(_run(open_store, sizes, claims))
+
+
+async def _run(
+    open_store: Callable[[int], TaskStore], sizes: list[int], claims: int
+) -> dict[str, Any]:
     registry = _registry()
     per_size: dict[str, Any] = {}
     plan: dict[str, Any] | None = None
     for size in sizes:
-        path = data_dir / f"claim-{label(size)}" / "fredica.db"
-        store = SQLiteTaskStore(path, NODE_ID)
+        store = open_store(size)
         store.set_hooks(registry.spawn_hook)
         try:
             t = time.perf_counter()
@@ -131,7 +143,7 @@ async def _run(data_dir: Path, sizes: list[int], claims: int) -> dict[str, Any]:
             k = min(claims, max(1, size // 4))
             log(f"  claim cost: {size} pending built in {built:.1f}s; {k} claims")
             result = await measure(store, k)
-            if plan is None:
+            if plan is None and isinstance(store, SQLiteTaskStore):
                 plan = await explain_claim(store)
         finally:
             await store.close()

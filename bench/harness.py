@@ -26,11 +26,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import claim_cost, fredica_runs, peers, report
+from bench import claim_cost, fredica_runs, peers, pg_runs, pgserver, report
 from bench.util import log
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-BENCHMARKS = ("noop", "claim", "latency", "fanout", "media")
+BENCHMARKS = ("noop", "claim", "claim_pg", "latency", "fanout", "media")
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,8 @@ class Config:
     fredica_workers: tuple[int, ...] = (2, 8)
     peer_workers: int = 2
     peers: bool = True
+    #: PostgreSQL store: node processes sharing one database (2 workers each)
+    pg_nodes: tuple[int, ...] = (1, 2, 3)
     noop_deadline_s: float = 90.0
     claim_sizes: tuple[int, ...] = (1_000, 10_000, 100_000)
     claims_per_size: int = 500
@@ -82,6 +84,17 @@ def bench_noop(cfg: Config, work: Path) -> dict[str, Any]:
                 ),
             )
         )
+    if pgserver.bindir() is not None:
+        for nodes in cfg.pg_nodes:
+            args = (work / f"pg-n{nodes}", nodes, cfg.noop_tasks, cfg.pipeline_size, 2)
+            runs.append(
+                (
+                    f"pg_n{nodes}",
+                    functools.partial(pg_runs.noop_throughput, *args, cfg.noop_deadline_s),
+                )
+            )
+    else:
+        log(f"noop: PostgreSQL store skipped: {pgserver.SETUP}")
     if cfg.peers:
         w = cfg.peer_workers
         for name, runner in (("huey", peers.run_huey), ("celery", peers.run_celery)):
@@ -108,6 +121,14 @@ def _run_async(fn: Callable[..., Any], *args: Any) -> Any:
 def bench_claim(cfg: Config, work: Path) -> dict[str, Any]:
     log(f"claim: sizes {list(cfg.claim_sizes)}")
     return claim_cost.run(work / "claim", list(cfg.claim_sizes), cfg.claims_per_size)
+
+
+def bench_claim_pg(cfg: Config, work: Path) -> dict[str, Any] | None:
+    if pgserver.bindir() is None:
+        log(f"claim_pg: skipped: {pgserver.SETUP}")
+        return None
+    log(f"claim_pg: sizes {list(cfg.claim_sizes)} on the PostgreSQL store")
+    return pg_runs.claim_cost(work / "claim_pg", list(cfg.claim_sizes), cfg.claims_per_size)
 
 
 def bench_latency(cfg: Config, work: Path) -> dict[str, Any]:
@@ -159,6 +180,7 @@ async def _await(value: Any) -> Any:
 RUNNERS: dict[str, Callable[[Config, Path], dict[str, Any] | None]] = {
     "noop": bench_noop,
     "claim": bench_claim,
+    "claim_pg": bench_claim_pg,
     "latency": bench_latency,
     "fanout": bench_fanout,
     "media": bench_media,

@@ -68,7 +68,7 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
     noop = raw.get("noop") or {}
     tput = {
         k: _get(noop, k, "tasks_per_s")
-        for k in ("fredica_w2", "fredica_w8", "huey_w2", "celery_w2")
+        for k in ("fredica_w2", "fredica_w8", "huey_w2", "celery_w2", "pg_n1", "pg_n2", "pg_n3")
     }
     create = {k: _get(noop, k, "create_tasks_per_s") for k in tput}
     sizes = _get(raw.get("claim"), "sizes") or {}
@@ -76,6 +76,8 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
     labels = list(dict.fromkeys(["1k", "10k", "100k", *sizes]))
     claim_ms = {k: _get(sizes, k, "claim_complete_ms") for k in labels}
     claim_only = {k: _get(sizes, k, "claim_only_ms") for k in labels}
+    pg_sizes = _get(raw.get("claim_pg"), "sizes") or {}
+    claim_pg = {k: _get(pg_sizes, k, "claim_complete_ms") for k in labels}
     lat = raw.get("latency") or {}
     latency = {k: lat.get(k) for k in ("p50", "p99", "poll_only_p50", "poll_only_p99")}
     fan = raw.get("fanout") or {}
@@ -91,6 +93,10 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
         "create_fredica_w2_vs_celery": _ratio(create["fredica_w2"], create["celery_w2"]),
         "claim_100k_vs_1k": _ratio(claim_ms["100k"], claim_ms["1k"]),
         "claim_only_100k_vs_1k": _ratio(claim_only["100k"], claim_only["1k"]),
+        "pg_n3_vs_pg_n1": _ratio(tput["pg_n3"], tput["pg_n1"]),
+        "pg_n1_vs_celery_w2": _ratio(tput["pg_n1"], tput["celery_w2"]),
+        "pg_n1_vs_huey_w2": _ratio(tput["pg_n1"], tput["huey_w2"]),
+        "claim_pg_100k_vs_1k": _ratio(claim_pg["100k"], claim_pg["1k"]),
     }
     # A run that hit its deadline still gives a rate, but it is not a pass.
     w2_complete = noop.get("fredica_w2", {}).get("timed_out") is False
@@ -119,6 +125,7 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
         "ratios": ratios,
         "claim_ms": claim_ms,
         "claim_only_ms": claim_only,
+        "claim_pg_ms": claim_pg,
         "claim_uses_task_ready_index": _get(raw.get("claim"), "explain", "uses_task_ready_index"),
         "idle_latency_ms": latency,
         "fanout_chunks": fan.get("chunks"),
@@ -198,6 +205,15 @@ def markdown(doc: dict[str, Any]) -> str:
         f"| claim alone, ms (1k / 10k / 100k) | {_fmt(co['1k'], '', 3)} / "
         f"{_fmt(co['10k'], '', 3)} / {_fmt(co['100k'], '', 3)} | | 100k/1k "
         f"{_x(r['claim_only_100k_vs_1k'])} | ≤ 1.5× | |",
+        f"| no-op tasks/s, PostgreSQL store, 1 / 2 / 3 node processes (2 workers each) | "
+        f"{_fmt(t['pg_n1'])} / {_fmt(t['pg_n2'])} / {_fmt(t['pg_n3'])} | Huey "
+        f"{_fmt(t['huey_w2'])} / Celery {_fmt(t['celery_w2'])} | 1 node: "
+        f"{_x(r['pg_n1_vs_huey_w2'])} / {_x(r['pg_n1_vs_celery_w2'])}; 3 nodes vs 1: "
+        f"{_x(r['pg_n3_vs_pg_n1'])} | | |",
+        f"| claim + complete, PostgreSQL store, ms (1k / 10k / 100k) | "
+        f"{_fmt(doc['claim_pg_ms']['1k'], '', 3)} / {_fmt(doc['claim_pg_ms']['10k'], '', 3)} / "
+        f"{_fmt(doc['claim_pg_ms']['100k'], '', 3)} | | 100k/1k "
+        f"{_x(r['claim_pg_100k_vs_1k'])} | | |",
         f"| idle latency create → start, push wake-up, ms (p50 / p99) | {_fmt(lat['p50'])} / "
         f"{_fmt(lat['p99'])} | | | p50 < 50 ms | {_met(tg['idle_p50_push_lt_50ms'])} |",
         f"| idle latency, poll only, ms (p50 / p99) | {_fmt(lat['poll_only_p50'], '', 0)} / "

@@ -5,8 +5,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bench.pgserver import PgServer
 
-from tests.pgserver import PgServer
+from tests.pgserver import start_server
 
 PLUGINS = Path(__file__).parent / "plugins"
 if str(PLUGINS) not in sys.path:
@@ -16,8 +17,7 @@ if str(PLUGINS) not in sys.path:
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
     """One real PostgreSQL server for the session (started on first use)."""
-    server = PgServer()
-    server.start()
+    server = start_server()
     yield server
     server.stop()
 

@@ -141,6 +141,10 @@ def test_three_nodes_on_one_postgres_run_each_task_once_and_survive_a_kill(
             e for e in done if (e["attempt"], e["node"]) != (task["attempt"], task["claimed_by"])
         ]
         assert all(e["node"] == c_id and e["t"] <= killed_at for e in extra), (task_id, done)
+    # the killed node stopped refreshing its row: the others show it offline
+    with a.client() as client:
+        listed = {n["id"]: n["status"] for n in client.get("/api/v1/nodes").json()["nodes"]}
+    assert listed[c_id] == "offline" and list(listed.values()).count("online") == 2
     reclaimed = [t for t in by_id.values() if t["attempt"] > 1]
     assert reclaimed, "C was killed while running tasks: some must have been reclaimed"
     assert all(t["claimed_by"] != c_id for t in reclaimed)

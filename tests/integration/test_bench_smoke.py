@@ -28,8 +28,9 @@ TINY = harness.Config(
     idle_poll_interval=0.2,
     fanout_chunks=50,
     fanout_deadline_s=60.0,
+    pg_nodes=(1, 2),
 )
-PEER_KEYS = {"fredica_w2", "fredica_w8", "huey_w2", "celery_w2"}
+PEER_KEYS = {"fredica_w2", "fredica_w8", "huey_w2", "celery_w2", "pg_n1", "pg_n2", "pg_n3"}
 
 
 def positive(value: Any) -> bool:
@@ -39,7 +40,9 @@ def positive(value: Any) -> bool:
 def test_fredica_benchmarks_write_results_of_the_documented_shape(tmp_path: Path) -> None:
     # Given tiny sizes and no peers
     # When the fredica benchmarks run and the results are written
-    doc, errors = harness.run(TINY, ["noop", "claim", "latency", "fanout"], tmp_path / "work")
+    doc, errors = harness.run(
+        TINY, ["noop", "claim", "claim_pg", "latency", "fanout"], tmp_path / "work"
+    )
     json_path, md_path = report.write(doc, tmp_path / "results" / "latest")
 
     # Then every benchmark ran, and the JSON on disk is the document
@@ -51,11 +54,12 @@ def test_fredica_benchmarks_write_results_of_the_documented_shape(tmp_path: Path
     # no-op throughput: fredica measured, every task completed, peers absent (null)
     assert set(doc["noop_tasks_per_s"]) == PEER_KEYS
     assert set(doc["create_tasks_per_s"]) == PEER_KEYS
-    for key in ("fredica_w2", "fredica_w8"):
+    for key in ("fredica_w2", "fredica_w8", "pg_n1", "pg_n2"):
         assert positive(doc["noop_tasks_per_s"][key])
         assert positive(doc["create_tasks_per_s"][key])
         detail = doc["details"]["noop"][key]
         assert (detail["completed"], detail["timed_out"]) == (200, False)
+    assert doc["noop_tasks_per_s"]["pg_n3"] is None
     assert doc["noop_tasks_per_s"]["huey_w2"] is None
     assert doc["noop_tasks_per_s"]["celery_w2"] is None
 
@@ -66,6 +70,8 @@ def test_fredica_benchmarks_write_results_of_the_documented_shape(tmp_path: Path
     assert doc["claim_ms"]["100k"] is None
     assert doc["claim_uses_task_ready_index"] is True
     assert doc["details"]["claim"]["sizes"]["1k"]["pending"] == 1_000
+    assert positive(doc["claim_pg_ms"]["500"]) and positive(doc["claim_pg_ms"]["1k"])
+    assert doc["details"]["claim_pg"]["sizes"]["1k"]["pending"] == 1_000
 
     # idle latency: both modes sampled
     latency = doc["idle_latency_ms"]

@@ -73,6 +73,7 @@ class _Running:
     job: asyncio.Task[None] | None = None
     lost: str | None = None  # set when this attempt no longer owns the task
     backend: BackendNote | None = None  # recorded with the outcome
+    choice: BackendChoice | None = None  # counts as active on its backend until the task ends
     pause_writes: list[asyncio.Task[Any]] = field(default_factory=list)
 
 
@@ -307,7 +308,6 @@ class WorkerEngine:
     async def _dispatch(self, running: _Running) -> None:
         task = running.task
         executor = self.registry.executor(task.type)
-        choice: BackendChoice | None = None
         ctx = TaskContext(
             task=task,
             control=running.control,
@@ -316,32 +316,7 @@ class WorkerEngine:
             sink=self,
         )
         try:
-            try:
-                if executor is None:
-                    raise errors.PermanentError(f"no executor for task type {task.type} here")
-                if task.cancel_requested:
-                    raise errors.TaskCancelled("cancelled by user")
-                choice = self._choose_backend(running, ctx)
-                existing = await executor.can_skip(task, ctx)
-                if existing is not None:
-                    await self._complete(running, existing, "outputs already exist; skipped run")
-                    return
-                outcome = await executor.execute(task, ctx)
-                if running.control.cancelled:
-                    raise errors.TaskCancelled(running.control.cancel_reason)
-                if outcome.ok:
-                    await self._complete(running, outcome.result_json or {}, None)
-                    return
-                raise _error_from_result(outcome)
-            except errors.TaskError as exc:
-                await self._fail(running, executor, exc)
-            except (asyncio.CancelledError, errors.BackendBusy):
-                raise
-            except Exception as exc:
-                logger.exception("task %s raised", task.id, extra={"action": "task_exception"})
-                await self._fail(
-                    running, executor, errors.TransientError(f"{type(exc).__name__}: {exc}")
-                )
+            await self._run_and_report(running, executor, ctx)
         except errors.BackendBusy as exc:
             # claimed in a race with another task for the last backend slot: hand it back
             await self.store.release(
@@ -356,11 +331,43 @@ class WorkerEngine:
                 extra={"action": "report_failed"},
             )
         finally:
-            if choice is not None:
-                self._active_by_backend[choice.backend] -= 1
+            if running.choice is not None:
+                self._active_by_backend[running.choice.backend] -= 1
             self._progress.pop(task.id, None)
             self._running.pop(task.id, None)
             self._wake.set()
+
+    async def _run_and_report(
+        self, running: _Running, executor: TaskExecutor | None, ctx: TaskContext
+    ) -> None:
+        """Run the executor and report its outcome; a TaskError is a classified failure, any
+        other exception a TRANSIENT one."""
+        task = running.task
+        try:
+            if executor is None:
+                raise errors.PermanentError(f"no executor for task type {task.type} here")
+            if task.cancel_requested:
+                raise errors.TaskCancelled("cancelled by user")
+            running.choice = self._choose_backend(running, ctx)
+            existing = await executor.can_skip(task, ctx)
+            if existing is not None:
+                await self._complete(running, existing, "outputs already exist; skipped run")
+                return
+            outcome = await executor.execute(task, ctx)
+            if running.control.cancelled:
+                raise errors.TaskCancelled(running.control.cancel_reason)
+            if not outcome.ok:
+                raise _error_from_result(outcome)
+            await self._complete(running, outcome.result_json or {}, None)
+        except errors.TaskError as exc:
+            await self._fail(running, executor, exc)
+        except (asyncio.CancelledError, errors.BackendBusy, errors.StaleAttempt):
+            raise
+        except Exception as exc:
+            logger.exception("task %s raised", task.id, extra={"action": "task_exception"})
+            await self._fail(
+                running, executor, errors.TransientError(f"{type(exc).__name__}: {exc}")
+            )
 
     def _choose_backend(self, running: _Running, ctx: TaskContext) -> BackendChoice | None:
         """Pick the backend (seed 001 §2.7); it counts as active until the task ends and is

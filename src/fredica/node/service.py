@@ -9,6 +9,8 @@ a cluster of one: it owns the pipelines it creates (`owner_id` = itself).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import json
 import logging
 import socket
@@ -125,6 +127,7 @@ class Node:
         self.recovery: RecoveryReport | None = None
         self.started_at: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._presence: asyncio.Task[None] | None = None
 
     @property
     def node_id(self) -> str:
@@ -160,6 +163,7 @@ class Node:
         await self._store.set_config(KEY_RECOVERY, json.dumps(self.recovery.summary()))
         await self.register_self()
         self.started_at = now
+        self._presence = asyncio.create_task(self._presence_loop(), name="fredica-presence")
         logger.info(
             "node %s started (previous shutdown %s)",
             self.node_id,
@@ -195,6 +199,17 @@ class Node:
             )
         )
 
+    async def _presence_loop(self) -> None:
+        """Refresh this node's row in the node registry every heartbeat interval: with a
+        shared store (PostgreSQL) that row is how the other nodes see this one."""
+        interval = self.settings.engine_settings().heartbeat_interval
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.register_self()
+            except errors.StoreError as exc:
+                logger.warning("presence not recorded: %s", exc, extra={"action": "presence"})
+
     def _on_store_signal(self, signal: Signal) -> None:
         if signal is Signal.CHANGED and self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self.changes.notify, "")
@@ -222,6 +237,10 @@ class Node:
     async def stop(self, grace: float | None = None) -> None:
         """Graceful stop: finish or release running work, then record a CLEAN shutdown."""
         self.changes.close()
+        if self._presence is not None:
+            self._presence.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._presence
         await self.engine.stop(grace)
         await self.register_self("offline")
         await self._store.set_config(KEY_LAST_SHUTDOWN, ShutdownType.CLEAN.value)
@@ -387,10 +406,20 @@ class Node:
     async def nodes(self) -> list[NodeRecord]:
         """Every node of the cluster this node knows, itself refreshed first."""
         await self.register_self()
-        return await self._store.list_nodes()
+        return await self.known_nodes()
 
     async def known_nodes(self) -> list[NodeRecord]:
-        return await self._store.list_nodes()
+        """The node registry; a node silent for longer than `stale_after` (by the store's
+        clock) is shown offline whatever its row last said."""
+        rows = await self._store.list_nodes()
+        now = await self._store.now()
+        stale_after = self.settings.engine_settings().stale_after
+        return [
+            dataclasses.replace(r, status="offline")
+            if r.status != "offline" and r.id != self.node_id and now - r.last_seen_at > stale_after
+            else r
+            for r in rows
+        ]
 
     async def restart_log(self, limit: int = 100) -> list[RestartLogEntry]:
         return await self._store.restart_log(limit)
