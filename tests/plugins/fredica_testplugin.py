@@ -113,6 +113,20 @@ class BurnExecutor(TaskExecutor):
         return ExecuteResult({"counter": counter.read_text()})
 
 
+class TreeExecutor(TaskExecutor):
+    """Runs a shell whose background child outlives it unless its process group is killed: the
+    shell writes the child's pid to `pidfile`, then waits for it."""
+
+    task_type = "TEST_TREE"
+    pausable = True
+
+    async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
+        pidfile = task.payload["pidfile"]
+        script = f"sleep 300 & echo $! > {pidfile}.tmp && mv {pidfile}.tmp {pidfile}; wait"
+        await ctx.run_process(["sh", "-c", script])
+        return ExecuteResult({})
+
+
 def self_pausing_work(reporter: SubprocessReporter, marker: str, hold: float) -> dict[str, Any]:
     """Child process: progress, pause itself until resumed by the user, then finish."""
     reporter.progress(30, "before self-pause")
@@ -270,6 +284,7 @@ def register(registry: Registry) -> None:
     for executor in (
         SleepExecutor(),
         EffectExecutor(),
+        TreeExecutor(),
         BurnExecutor(),
         SubprocessExecutor(),
         FailExecutor(),

@@ -117,7 +117,8 @@ def serve(
     try:
         boot = bootstrap.bootstrap(config, data_dir, host, port)
         node = compose.build_node(boot.settings)
-    except errors.ConfigError as exc:
+        node.lock_data_dir()
+    except (errors.ConfigError, errors.StoreError, errors.DataDirInUse) as exc:
         _die(exc.message)
     settings = boot.settings
     err_console.print(

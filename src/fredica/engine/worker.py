@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from fredica.engine.registry import Registry
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
 from fredica.executors.control import TaskControl
+from fredica.executors.ledger import ProcessLedger
 from fredica.store.base import (
     BackendNote,
     ClaimFilter,
@@ -112,6 +114,8 @@ class WorkerEngine:
         self._background: set[asyncio.Future[Any]] = set()
         self.stopped = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.ledger = ProcessLedger(settings.data_dir / "run")
+        self._last_heartbeat = time.monotonic()
 
     @property
     def node_id(self) -> str:
@@ -121,6 +125,14 @@ class WorkerEngine:
     async def start(self) -> RecoveryReport:
         """Run start-up recovery, then start the loops. Returns the recovery report."""
         self._loop = asyncio.get_running_loop()
+        # what an earlier run of this node left running dies before any task can run again
+        reaped = await asyncio.to_thread(self.ledger.reap)
+        if reaped:
+            logger.warning(
+                "killed %d process group(s) left by the previous run",
+                len(reaped),
+                extra={"action": "reap"},
+            )
         self.store.subscribe(self._on_store_signal)
         self.recovery = await self.store.recover_startup(self.node_id)
         if self.recovery.snapshot or self.recovery.orphans:
@@ -285,8 +297,14 @@ class WorkerEngine:
             await asyncio.wait_for(self._wake.wait(), timeout)
 
     def _launch(self, task: models.Task) -> None:
-        control = TaskControl(task.id)
+        control = TaskControl(task.id, task.attempt, self.ledger)
         running = _Running(task, control)
+        older = self._running.get(task.id)
+        if older is not None:
+            # This node claimed the task again (it was reclaimed while this node slept): the
+            # older attempt lost it and stops; only the new one heartbeats and reports.
+            older.lost = f"attempt {older.task.attempt} was superseded by attempt {task.attempt}"
+            older.control.cancel(older.lost)
         self._running[task.id] = running
 
         def on_pause(paused: bool, reason: str | None) -> None:
@@ -333,9 +351,14 @@ class WorkerEngine:
         finally:
             if running.choice is not None:
                 self._active_by_backend[running.choice.backend] -= 1
-            self._progress.pop(task.id, None)
-            self._running.pop(task.id, None)
+            self._forget(running)
             self._wake.set()
+
+    def _forget(self, running: _Running) -> None:
+        """Drop `running` from the running set, unless a newer attempt replaced it."""
+        if self._running.get(running.task.id) is running:
+            del self._running[running.task.id]
+            self._progress.pop(running.task.id, None)
 
     async def _run_and_report(
         self, running: _Running, executor: TaskExecutor | None, ctx: TaskContext
@@ -478,7 +501,9 @@ class WorkerEngine:
             for (item, future), outcome in zip(batch, outcomes, strict=True):
                 if isinstance(outcome, models.Task):
                     pipelines.add(outcome.pipeline_id)
-                    self._running.pop(item.task_id, None)  # its slot is free from now on
+                    running = self._running.get(item.task_id)
+                    if running is not None and running.task.attempt == item.attempt:
+                        self._forget(running)  # its slot is free from now on
                 if not future.done():
                     future.set_result(outcome)
             for task in claimed:
@@ -532,6 +557,7 @@ class WorkerEngine:
 
     async def heartbeat_once(self) -> None:
         """Heartbeat every running task; stop work that lost its task or must be cancelled."""
+        self._last_heartbeat = time.monotonic()
         if not self._running:
             return
         pairs = [(tid, r.task.attempt) for tid, r in self._running.items()]
@@ -553,6 +579,10 @@ class WorkerEngine:
             await self.monitor_once()
 
     async def monitor_once(self) -> None:
+        if time.monotonic() - self._last_heartbeat > self.settings.heartbeat_interval:
+            # This node was not running (a laptop asleep, SIGSTOP) or fell behind: what it runs
+            # is alive, so say so before judging silence, or it would reclaim its own work.
+            await self.heartbeat_once()
         report = await self.store.monitor(
             Liveness(
                 self.settings.stale_after, self.settings.reclaim_after, self.settings.claim_timeout

@@ -17,6 +17,7 @@ import signal
 from collections.abc import Callable
 
 from fredica.domain import errors
+from fredica.executors.ledger import ProcessLedger
 
 logger = logging.getLogger(__name__)
 
@@ -26,8 +27,11 @@ PauseListener = Callable[[bool, str | None], None]
 class TaskControl:
     """Signals for one running task. All methods must be called on the event loop thread."""
 
-    def __init__(self, task_id: str) -> None:
+    def __init__(self, task_id: str, attempt: int = 0, ledger: ProcessLedger | None = None) -> None:
         self.task_id = task_id
+        self.attempt = attempt
+        #: where the process groups of this attempt are written down (reaped after a crash)
+        self._ledger = ledger
         self._cancel = asyncio.Event()
         self._running = asyncio.Event()  # set = not paused
         self._running.set()
@@ -98,11 +102,18 @@ class TaskControl:
     # --- OS processes ------------------------------------------------------------------------
     def attach_process_group(self, pgid: int) -> None:
         self._process_groups.add(pgid)
+        if self._ledger is not None:
+            try:
+                self._ledger.record(self.task_id, self.attempt, pgid)
+            except OSError:
+                logger.exception("process group not recorded", extra={"action": "ledger"})
         if self.paused:
             self._signal_group(pgid, signal.SIGSTOP)
 
     def detach_process_group(self, pgid: int) -> None:
         self._process_groups.discard(pgid)
+        if self._ledger is not None:
+            self._ledger.forget(self.task_id, self.attempt, pgid)
 
     def add_pause_hook(self, hook: Callable[[bool], None]) -> Callable[[], None]:
         """Call `hook(paused)` on every pause change; returns a function that removes it."""

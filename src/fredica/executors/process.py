@@ -17,6 +17,7 @@ import logging
 import multiprocessing
 import os
 import queue
+import shutil
 import signal
 import traceback
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fredica.domain import errors, models
+from fredica.executors import ledger
 from fredica.executors.control import TaskControl
 
 logger = logging.getLogger(__name__)
@@ -109,8 +111,14 @@ async def run_process(
 ) -> ProcessResult:
     """Run `argv` under `control`; see the module docstring."""
     await control.checkpoint()
+    if shutil.which(argv[0]) is None:
+        missing = "not executable" if os.path.exists(argv[0]) else "not found"
+        raise errors.PermanentError(f"program {missing}: {argv[0]}")
     try:
+        # the program dies with this node (parent-death signal); what it starts is reaped
+        # from the process ledger at the next start
         proc = await asyncio.create_subprocess_exec(
+            *ledger.pdeathsig_prefix(),
             *argv,
             cwd=cwd,
             env=env,
@@ -203,6 +211,7 @@ def _child_main(
 ) -> None:
     with contextlib.suppress(OSError):
         os.setsid()  # own process group: pause/cancel reach anything this child starts
+    ledger.set_pdeathsig()  # dies with the node
     reporter = SubprocessReporter(status_queue, resume_event)
     try:
         value = fn(reporter, *args, **kwargs)

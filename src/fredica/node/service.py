@@ -28,6 +28,7 @@ from fredica.engine.backends import BackendSelector
 from fredica.engine.registry import Registry
 from fredica.engine.worker import EngineSettings, WorkerEngine
 from fredica.executors import network_test
+from fredica.node.lock import DataDirLock
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
 from fredica.pipelines.templates import BuildContext
 from fredica.store.base import (
@@ -128,6 +129,7 @@ class Node:
         self.started_at: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._presence: asyncio.Task[None] | None = None
+        self._lock = DataDirLock(settings.data_dir)
 
     @property
     def node_id(self) -> str:
@@ -137,6 +139,7 @@ class Node:
     async def start(self) -> None:
         """Detect how the last run ended, recover, register this node, start the engine."""
         self._loop = asyncio.get_running_loop()
+        self.lock_data_dir()
         # commits by other processes sharing the store (PostgreSQL) refresh the UI too
         self._store.subscribe(self._on_store_signal)
         warn_if_network_fs(self.settings.data_dir)
@@ -194,10 +197,18 @@ class Node:
                 status=status,
                 max_workers=engine.max_workers,
                 last_seen_at=0.0,  # the store stamps its own time
-                address=f"http://{self.settings.host}:{self.settings.port}",
+                address=self.address,
                 info={"running": self.engine.running_count},
             )
         )
+
+    @property
+    def address(self) -> str:
+        return f"http://{self.settings.host}:{self.settings.port}"
+
+    def lock_data_dir(self) -> None:
+        """Take this node's data dir, or raise `DataDirInUse` naming the node that has it."""
+        self._lock.acquire(self.address)
 
     async def _presence_loop(self) -> None:
         """Refresh this node's row in the node registry every heartbeat interval: with a
@@ -245,11 +256,13 @@ class Node:
         await self.register_self("offline")
         await self._store.set_config(KEY_LAST_SHUTDOWN, ShutdownType.CLEAN.value)
         await self._store.close()
+        self._lock.release()
         logger.info("node %s stopped cleanly", self.node_id, extra={"action": "node_stop"})
 
     async def close(self) -> None:
         """Release the store of a node that was never started (tools, tests)."""
         await self._store.close()
+        self._lock.release()
 
     # --- pipelines -------------------------------------------------------------------------
     def known_task_types(self) -> frozenset[str]:
@@ -352,7 +365,7 @@ class Node:
         return {
             "node_id": self.node_id,
             "hostname": self.settings.hostname,
-            "address": f"http://{self.settings.host}:{self.settings.port}",
+            "address": self.address,
             "started_at": self.started_at,
             "max_workers": engine.max_workers,
             "running": self.engine.running_count,
