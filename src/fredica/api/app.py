@@ -135,15 +135,20 @@ def create_app(node: Node, *, manage_lifecycle: bool = True) -> FastAPI:
 
     @app.exception_handler(errors.StoreError)
     async def on_store(_: Request, exc: errors.StoreError) -> JSONResponse:
-        return _error(503, exc.message)
+        return _error(507 if isinstance(exc, errors.StoreFull) else 503, exc.message)
 
     # --- health and metrics ----------------------------------------------------------------
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
-        healthy = node.engine.failure is None
+        health = node.health()
         return JSONResponse(
-            status_code=200 if healthy else 503,
-            content={"ok": healthy, "node_id": node.node_id, "version": __version__},
+            status_code=200 if health == "ok" else 503,
+            content={
+                "ok": health == "ok",
+                "state": health,
+                "node_id": node.node_id,
+                "version": __version__,
+            },
         )
 
     @app.get("/metrics")

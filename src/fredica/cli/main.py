@@ -120,6 +120,9 @@ def serve(
         node.lock_data_dir()
     except (errors.ConfigError, errors.StoreError, errors.DataDirInUse) as exc:
         _die(exc.message)
+    except OSError as exc:  # a data dir that is a file, read-only, on a full disk...
+        where = f" ({exc.filename})" if exc.filename else ""
+        _die(f"cannot use the data dir{where}: {exc.strerror or exc}")
     settings = boot.settings
     err_console.print(
         f"fredica {__version__} node [bold]{settings.node_id}[/bold] on "

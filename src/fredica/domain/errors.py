@@ -56,6 +56,10 @@ class StoreBusy(StoreError):
     """The database stayed busy or locked; try again shortly."""
 
 
+class StoreFull(StoreError):
+    """The disk holding the task store is full; free some space."""
+
+
 class DataDirInUse(FredicaError):
     """Another fredica node is using this data dir."""
 

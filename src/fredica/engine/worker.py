@@ -264,10 +264,14 @@ class WorkerEngine:
             types = self.claimable_types()
             claimed: list[models.Task] = []
             if types:
-                claimed = await self.store.claim(
-                    ClaimFilter(limit=free, types=types, start=True, pausable=self._pausable),
-                    self.node_id,
-                )
+                try:
+                    claimed = await self.store.claim(
+                        ClaimFilter(limit=free, types=types, start=True, pausable=self._pausable),
+                        self.node_id,
+                    )
+                except errors.StoreError as exc:
+                    await self._store_trouble("claim", exc)
+                    continue
             for task in claimed:
                 self._launch(task)
             if claimed:
@@ -531,11 +535,20 @@ class WorkerEngine:
         except Exception:
             logger.exception("could not record event", extra={"action": "record_event"})
 
+    async def _store_trouble(self, what: str, exc: errors.StoreError) -> None:
+        """The store refused (disk full, database down): say so and wait a poll interval; the
+        loop goes on, so the node recovers by itself when the store does."""
+        logger.warning("%s: %s", what, exc.message, extra={"action": "store_trouble"})
+        await asyncio.sleep(max(self.settings.poll_interval, 0.05))
+
     async def _progress_loop(self) -> None:
         while True:
             await self._progress_dirty.wait()
             await asyncio.sleep(self.settings.progress_flush_interval)
-            await self._flush_progress()
+            try:
+                await self._flush_progress()
+            except errors.StoreError as exc:
+                await self._store_trouble("progress", exc)
 
     async def _flush_progress(self) -> None:
         self._progress_dirty.clear()
@@ -553,7 +566,10 @@ class WorkerEngine:
     async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.heartbeat_interval)
-            await self.heartbeat_once()
+            try:
+                await self.heartbeat_once()
+            except errors.StoreError as exc:
+                await self._store_trouble("heartbeat", exc)
 
     async def heartbeat_once(self) -> None:
         """Heartbeat every running task; stop work that lost its task or must be cancelled."""
@@ -576,7 +592,10 @@ class WorkerEngine:
     async def _monitor_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.effective_monitor_interval)
-            await self.monitor_once()
+            try:
+                await self.monitor_once()
+            except errors.StoreError as exc:
+                await self._store_trouble("liveness monitor", exc)
 
     async def monitor_once(self) -> None:
         if time.monotonic() - self._last_heartbeat > self.settings.heartbeat_interval:

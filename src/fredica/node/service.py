@@ -359,6 +359,12 @@ class Node:
                 )
 
     # --- status ----------------------------------------------------------------------------
+    def health(self) -> str:
+        """`ok`, or why this node cannot do its work: `engine_failed`, `disk_full`."""
+        if self.engine.failure is not None:
+            return "engine_failed"
+        return self._store.degraded or "ok"
+
     async def status(self) -> dict[str, Any]:
         counts = await self._store.count_by_status()
         engine = self.settings.engine_settings()
@@ -375,7 +381,8 @@ class Node:
             "previous_shutdown_type": self.previous_shutdown.value,
             "startup_recovery": self.recovery.summary() if self.recovery else None,
             "engine_stats": dict(self.engine.stats),
-            "healthy": self.engine.failure is None,
+            "healthy": self.health() == "ok",
+            "health": self.health(),
         }
 
     # --- reads (what the faces show) ------------------------------------------------------------

@@ -217,6 +217,10 @@ class TaskStore(ABC):
     node_id: str
     """The node this store serves: reports and claims are made in its name by default."""
 
+    degraded: str | None = None
+    """Why the store cannot write right now (`disk_full`), or None; cleared by the next write
+    that succeeds."""
+
     # lifecycle and composition
     @abstractmethod
     def set_hooks(self, hooks: SpawnHookLookup) -> None:

@@ -178,6 +178,9 @@ class PostgresTaskStore(SQLStore):
     def _after_commit(self, tx: Tx) -> None:
         """Subscribers hear every commit, this node's included, through LISTEN."""
 
+    def _is_full(self, exc: BaseException) -> bool:
+        return isinstance(exc, pg_errors.DiskFull)
+
     def _close_connections(self) -> None:
         self._stop.set()
         if self._listener is not None:

@@ -108,6 +108,10 @@ class SQLStore(TaskStore):
     def _close_connections(self) -> None:
         """Close the database connections."""
 
+    @abstractmethod
+    def _is_full(self, exc: BaseException) -> bool:
+        """Did this driver error say the disk is full?"""
+
     def _before_commit(self, conn: Conn, tx: Tx) -> None:
         """Called with the transaction still open (e.g. to queue a notification)."""
 
@@ -168,6 +172,7 @@ class SQLStore(TaskStore):
             return result, tx
 
         result, tx = self._with_retries(once)
+        self.degraded = None  # a write went through: space is back
         self._after_commit(tx)
         return result
 
@@ -190,6 +195,9 @@ class SQLStore(TaskStore):
 
     def _store_error(self, exc: BaseException) -> errors.StoreError:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if self._is_full(exc):
+            self.degraded = "disk_full"
+            return errors.StoreFull(f"the disk holding the task store is full ({text})")
         if self._is_retryable(exc):
             return errors.StoreBusy(f"the database stayed busy: {text}")
         return errors.StoreError(f"{self.dialect.name}: {text}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,13 @@ class SQLiteTaskStore(SQLStore):
             # configuration rows written before they were kept per node belong to this node
             self._conn.execute("UPDATE app_config SET node_id = ? WHERE node_id = ''", (node_id,))
         except sqlite3.DatabaseError as exc:
+            if not os.access(self.path.parent, os.W_OK):
+                raise errors.StoreError(
+                    f"cannot open the database {self.path}: the data dir is read-only or not "
+                    "writable by this user"
+                ) from exc
+            if self._is_full(exc):
+                raise errors.StoreFull(f"cannot open the database {self.path}: {exc}") from exc
             raise errors.StoreError(f"cannot open the database {self.path}: {exc}") from exc
         except OSError as exc:
             raise errors.StoreError(f"cannot create {self.path.parent}: {exc}") from exc
@@ -82,6 +90,9 @@ class SQLiteTaskStore(SQLStore):
 
     def _close_connections(self) -> None:
         self._conn.close()
+
+    def _is_full(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.OperationalError) and "full" in str(exc).lower()
 
 
 def connect(path: Path | str) -> sqlite3.Connection:
