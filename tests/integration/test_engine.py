@@ -574,3 +574,31 @@ def replace_busy_filter(selector):
     return Racy(
         selector.capabilities, selector.profile, selector.plugin_functions, selector.backend_configs
     )
+
+
+async def test_a_cloud_only_task_waits_for_a_node_that_may_use_the_cloud(tmp_path: Path) -> None:
+    # Given a node whose only AI_ANALYZE backend is local (no cloud provider configured)
+    n = compose.build_node(fast_settings(tmp_path))
+    await n.start()
+    try:
+        pid, refs = await create(
+            n,
+            [
+                {"ref": "cloud", "type": "TEST_ANALYZE", "cloud_preference": "cloud_only"},
+                {"ref": "local", "type": "TEST_ANALYZE", "cloud_preference": "local_only",
+                 "payload": {"seconds": 0.05}},
+            ],
+        )  # fmt: skip
+        # When the engine has polled many times
+        await wait_for(lambda: _with(task(n, refs["local"]), lambda t: t.status is S.COMPLETED))
+        polls = n.engine.stats["claimed"]
+        for _ in range(5):
+            n.engine.wake()
+            await asyncio.sleep(0.1)  # two poll intervals: each wake is a claim attempt
+        assert n.engine.stats["claimed"] == polls
+        # Then the cloud_only task was never claimed here: no attempt, no retry spent
+        waiting = await task(n, refs["cloud"])
+        assert (waiting.status, waiting.attempt, waiting.retry_count) == (S.PENDING, 0, 0)
+        assert "claimed" not in [e.event_type for e in await n.task_events(refs["cloud"])]
+    finally:
+        await n.stop()

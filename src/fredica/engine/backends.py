@@ -46,6 +46,9 @@ class BackendSelector:
     plugin_functions: dict[str, F | None] = field(default_factory=dict)
     backend_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     hardware: declare.HardwareScores | None = None
+    _gates: dict[
+        frozenset[str], tuple[frozenset[str] | None, frozenset[str] | None]
+    ] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_config(
@@ -87,7 +90,27 @@ class BackendSelector:
     ) -> frozenset[str]:
         """Types with an executor here whose capability function this node declares (and,
         given `busy`, has a backend with a free slot)."""
-        functions = {c.function for c in self.capabilities} - busy
+        return self._types_for({c.function for c in self.capabilities} - busy, executor_types)
+
+    def preference_gates(
+        self, executor_types: frozenset[str]
+    ) -> tuple[frozenset[str] | None, frozenset[str] | None]:
+        """(types runnable here with a cloud backend, with a local one), for the claim: a
+        `cloud_only` / `local_only` task of another type is left to a node that can honour it
+        (scoring would refuse it here). None where every type qualifies (no filter needed)."""
+        cached = self._gates.get(executor_types)
+        if cached is not None:
+            return cached
+        everything = self._types_for({c.function for c in self.capabilities}, executor_types)
+        gates: list[frozenset[str] | None] = []
+        for cloud in (True, False):
+            functions = {c.function for c in self.capabilities if c.is_cloud == cloud}
+            types = self._types_for(functions, executor_types)
+            gates.append(None if types >= everything else types)
+        self._gates[executor_types] = (gates[0], gates[1])
+        return gates[0], gates[1]
+
+    def _types_for(self, functions: set[F], executor_types: frozenset[str]) -> frozenset[str]:
         servable = task_types.servable_task_types(functions)
         out = set()
         for task_type in executor_types:

@@ -265,10 +265,7 @@ class WorkerEngine:
             claimed: list[models.Task] = []
             if types:
                 try:
-                    claimed = await self.store.claim(
-                        ClaimFilter(limit=free, types=types, start=True, pausable=self._pausable),
-                        self.node_id,
-                    )
+                    claimed = await self.store.claim(self._claim_filter(free, types), self.node_id)
                 except errors.StoreError as exc:
                     await self._store_trouble("claim", exc)
                     continue
@@ -295,6 +292,19 @@ class WorkerEngine:
             return self.registry.task_types
         busy = self.selector.saturated_functions(self._active_by_backend)
         return self.selector.claimable_types(self.registry.task_types, busy)
+
+    def _claim_filter(self, limit: int, types: frozenset[str]) -> ClaimFilter:
+        cloud_only, local_only = (
+            self.selector.preference_gates(types) if self.selector is not None else (None, None)
+        )
+        return ClaimFilter(
+            limit=limit,
+            types=types,
+            start=True,
+            pausable=self._pausable,
+            cloud_only_types=cloud_only,
+            local_only_types=local_only,
+        )
 
     async def _wait_wake(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -490,11 +500,7 @@ class WorkerEngine:
             # longer, so the bound can be exceeded by that many tasks for a few milliseconds).
             free = self.settings.max_workers - len(self._running) + len(batch)
             types = frozenset() if self._stopping else self.claimable_types()
-            flt = (
-                ClaimFilter(limit=free, types=types, start=True, pausable=self._pausable)
-                if free > 0 and types
-                else None
-            )
+            flt = self._claim_filter(free, types) if free > 0 and types else None
             claimed: list[models.Task] = []
             try:
                 outcomes: list[Any]

@@ -62,12 +62,17 @@ class ClaimFilter:
 
     `types=None` means any type; `start=True` claims straight into `running` (both transitions
     are recorded as events); `pausable` sets `is_pausable` per type from the node's executors.
+    `cloud_only_types` / `local_only_types` (None: no limit) are the types this node can run
+    with a cloud / a local backend: a `cloud_only` or `local_only` task of another type is left
+    for a node that can honour its preference, instead of being claimed and failed.
     """
 
     limit: int = 1
     types: frozenset[str] | None = None
     start: bool = False
     pausable: dict[str, bool] = field(default_factory=dict)
+    cloud_only_types: frozenset[str] | None = None
+    local_only_types: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,14 @@ def claim(tx: Tx, flt: ClaimFilter) -> list[Task]:
     if flt.types is not None:
         where.append(f"type IN ({','.join('?' for _ in flt.types)})")
         params.extend(sorted(flt.types))
+    for preference, allowed in (
+        ("cloud_only", flt.cloud_only_types),
+        ("local_only", flt.local_only_types),
+    ):
+        if allowed is not None:
+            marks = ",".join("?" for _ in allowed) or "NULL"
+            where.append(f"(cloud_preference != ? OR type IN ({marks}))")
+            params += [preference, *sorted(allowed)]
     params.append(flt.limit)
     rows = tx.q(
         f"SELECT {TASK_COLUMNS} FROM task {tx.dialect.claim_hint} WHERE {' AND '.join(where)} "
