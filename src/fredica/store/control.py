@@ -31,6 +31,10 @@ _TERMINAL_PIPELINES = "('completed', 'failed', 'cancelled', 'partial_failed')"
 
 # --- creation ---------------------------------------------------------------------------------
 def create_pipeline(tx: Tx, spec: NewPipeline) -> tuple[Pipeline, bool]:
+    if tx.dialect.key_lock:
+        # two nodes creating the same (material, template) at once: the second waits, then
+        # finds the first one's pipeline
+        tx.q(tx.dialect.key_lock, (f"pipeline\x1f{spec.material_id}\x1f{spec.template}",))
     existing = tx.q(
         f"SELECT {PIPELINE_COLUMNS} FROM pipeline_instance WHERE material_id = ? "
         f"AND template = ? AND status NOT IN {_TERMINAL_PIPELINES} LIMIT 1",

@@ -50,6 +50,7 @@ DIALECT = Dialect(
     claim_hint="",
     insertion_order="ord",
     driver_errors=(psycopg.Error,),
+    key_lock="SELECT pg_advisory_xact_lock(hashtext(?)) AS locked",
 )
 
 _RETRYABLE = (

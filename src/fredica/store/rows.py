@@ -59,6 +59,9 @@ class Dialect:
     insertion_order: str
     #: the driver's exception classes (turned into `StoreError` at the store's edge)
     driver_errors: tuple[type[BaseException], ...]
+    #: a statement taking a transaction-long lock on a key (`?`), where writers run in
+    #: parallel; "" where the whole database is locked for each write anyway
+    key_lock: str = ""
 
     def is_driver_error(self, exc: BaseException) -> bool:
         return isinstance(exc, self.driver_errors)

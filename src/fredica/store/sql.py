@@ -10,13 +10,16 @@ A subclass supplies connections, transaction control, the change sequence and th
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
+import itertools
 import logging
+import queue
+import threading
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from fredica.domain import errors
@@ -58,8 +61,48 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+URGENT, NORMAL = 0, 1  # priorities of the store's queue (lower first)
 RETRY_ATTEMPTS = 8  # a busy/locked/deadlocked transaction is run again up to this many times
 RETRY_BACKOFF = 0.02  # seconds, doubled on each retry
+
+
+class PriorityPool:
+    """The store's threads: a queue ordered by priority, then arrival (see `SQLStore._work`)."""
+
+    def __init__(self, threads: int) -> None:
+        self._queue: queue.PriorityQueue[tuple[int, int, Callable[[], Any] | None, Any]] = (
+            queue.PriorityQueue()
+        )
+        self._order = itertools.count()
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"fredica-store-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, fn: Callable[[], T], priority: int) -> asyncio.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._queue.put((priority, next(self._order), fn, future))
+        return asyncio.wrap_future(future)
+
+    def _serve(self) -> None:
+        while True:
+            _, _, fn, future = self._queue.get()
+            if fn is None:
+                return
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._queue.put((NORMAL + 1, next(self._order), None, None))
+        for thread in self._threads:
+            thread.join()
 
 
 class SQLStore(TaskStore):
@@ -72,7 +115,7 @@ class SQLStore(TaskStore):
         self.clock = clock
         self._hooks: SpawnHookLookup = no_hooks
         self._listeners: list[SignalListener] = []
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fredica-store")
+        self._pool = PriorityPool(threads)
         self._closed = False
 
     # --- what a subclass provides ---------------------------------------------------------------
@@ -140,17 +183,26 @@ class SQLStore(TaskStore):
         if self._closed:
             return
         self._closed = True
-        await asyncio.get_running_loop().run_in_executor(self._pool, self._close_connections)
-        self._pool.shutdown(wait=True)
+        await self._pool.submit(self._close_connections, URGENT)
+        self._pool.shutdown()
 
     # --- running operations ---------------------------------------------------------------------
-    async def _run(self, fn: Callable[[], T]) -> T:
+    async def _run(self, fn: Callable[[], T], priority: int = NORMAL) -> T:
         if self._closed:
             raise errors.StoreError("the store is closed")
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+        return await self._pool.submit(fn, priority)
 
-    async def _write(self, fn: Callable[[Tx], T], node_id: str | None = None) -> T:
-        return await self._run(functools.partial(self._write_sync, fn, node_id or self.node_id))
+    async def _write(
+        self, fn: Callable[[Tx], T], node_id: str | None = None, priority: int = NORMAL
+    ) -> T:
+        return await self._run(
+            functools.partial(self._write_sync, fn, node_id or self.node_id), priority
+        )
+
+    async def _work(self, fn: Callable[[Tx], T], node_id: str | None) -> T:
+        """A write of the engine (claims, reports, liveness): it goes before queued API calls,
+        so a burst of API requests never starves the work itself."""
+        return await self._write(fn, node_id, URGENT)
 
     async def _read(self, fn: Callable[[Conn], T]) -> T:
         return await self._run(functools.partial(self._with_retries, fn))
@@ -252,25 +304,25 @@ class SQLStore(TaskStore):
     async def claim(self, flt: ClaimFilter, node_id: str | None = None) -> list[Task]:
         if flt.limit <= 0 or (flt.types is not None and not flt.types):
             return []
-        return await self._write(lambda tx: work.claim(tx, flt), node_id)
+        return await self._work(lambda tx: work.claim(tx, flt), node_id)
 
     async def start(self, task_id: str, attempt: int, node_id: str | None = None) -> Task:
-        return await self._write(lambda tx: work.start(tx, task_id, attempt), node_id)
+        return await self._work(lambda tx: work.start(tx, task_id, attempt), node_id)
 
     async def release(
         self, task_id: str, attempt: int, reason: str, node_id: str | None = None
     ) -> Task:
-        return await self._write(lambda tx: work.release(tx, task_id, attempt, reason), node_id)
+        return await self._work(lambda tx: work.release(tx, task_id, attempt, reason), node_id)
 
     async def heartbeat(
         self, tasks: Sequence[tuple[str, int]], node_id: str | None = None
     ) -> list[HeartbeatFeedback]:
-        return await self._write(lambda tx: work.heartbeat(tx, tasks), node_id)
+        return await self._work(lambda tx: work.heartbeat(tx, tasks), node_id)
 
     async def progress(
         self, updates: Sequence[tuple[str, int, int, str | None]], node_id: str | None = None
     ) -> None:
-        await self._write(lambda tx: work.progress(tx, updates), node_id)
+        await self._work(lambda tx: work.progress(tx, updates), node_id)
 
     async def set_paused(
         self,
@@ -280,14 +332,14 @@ class SQLStore(TaskStore):
         reason: str | None,
         node_id: str | None = None,
     ) -> Task:
-        return await self._write(
+        return await self._work(
             lambda tx: work.set_paused(tx, task_id, attempt, paused, reason), node_id
         )
 
     async def record_event(
         self, task_id: str, event_type: str, message: str | None, node_id: str | None = None
     ) -> None:
-        await self._write(lambda tx: tx.event(task_id, event_type, message), node_id)
+        await self._work(lambda tx: tx.event(task_id, event_type, message), node_id)
 
     async def complete_and_claim(
         self,
@@ -296,16 +348,16 @@ class SQLStore(TaskStore):
         node_id: str | None = None,
     ) -> tuple[list[Task | errors.FredicaError], list[Task]]:
         hooks = self._hooks
-        return await self._write(
+        return await self._work(
             lambda tx: work.complete_and_claim(tx, items, hooks, claim), node_id
         )
 
     async def fail(self, failure: Failure, node_id: str | None = None) -> Task:
-        return await self._write(lambda tx: work.fail(tx, failure), node_id)
+        return await self._work(lambda tx: work.fail(tx, failure), node_id)
 
     # --- liveness and recovery --------------------------------------------------------------------
     async def monitor(self, liveness: Liveness) -> MonitorReport:
-        return await self._write(lambda tx: control.monitor(tx, liveness))
+        return await self._work(lambda tx: control.monitor(tx, liveness), None)
 
     async def recover_startup(self, node_id: str | None = None) -> RecoveryReport:
         return await self._write(control.recover_startup, node_id)

@@ -276,6 +276,9 @@ class Tx:
         The rows already include this transaction's changes, so its pending deltas for the
         pipeline are dropped instead of being applied on top of the absolute counts."""
         self._deltas.pop(pipeline_id, None)
+        # Lock the pipeline first: a completion holding it commits before the count is taken,
+        # so its change is counted instead of overwritten (where rows lock; SQLite locks all).
+        self.q(f"SELECT id FROM pipeline_instance WHERE id = ?{self.dialect.lock}", (pipeline_id,))
         counts = {s.value: 0 for s in TaskStatus}
         for r in self.q(
             "SELECT status, COUNT(*) AS n FROM task WHERE pipeline_id = ? GROUP BY status",
