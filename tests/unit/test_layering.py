@@ -3,6 +3,9 @@
 - Only `node/compose.py` names a concrete store (SQLite or PostgreSQL).
 - The faces (API, web UI, CLI) call the node service: they import no store module at all.
 - The domain imports nothing above it.
+- The subpackages form layers with no import cycle between them: each imports only the layers
+  below it (`LAYERS`, top first). Every import counts, including those inside functions and
+  under `TYPE_CHECKING`: a lazy import hides a cycle, it does not remove it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,26 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[2] / "src" / "fredica"
 CONCRETE = {"fredica.store.sqlite", "fredica.store.postgres"}
 FACES = ("api", "web", "cli")
+
+#: fredica's subpackages (and top-level modules) from the top down; a package may import the
+#: ones after it, never the ones before it. `config` (worker.yaml) sits above `capabilities`:
+#: it validates backend and task type names against the catalog, and the engine's `declare`
+#: joins the two. `pipelines` register into the engine's registry through a protocol of theirs.
+LAYERS = (
+    "__main__",
+    "cli",
+    "web",
+    "api",
+    "node",
+    "auth",
+    "engine",
+    "pipelines",
+    "executors",
+    "config",
+    "capabilities",
+    "store",
+    "domain",
+)
 
 
 def imports(path: Path) -> set[str]:
@@ -69,3 +92,74 @@ def test_domain_imports_nothing_above_it() -> None:
         for p in (SRC / "domain").rglob("*.py")
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def package_of(module: str) -> str | None:
+    """The subpackage of a `fredica.…` module name (None: outside fredica, or the root)."""
+    parts = module.split(".")
+    if parts[0] != "fredica" or len(parts) < 2:
+        return None
+    name = parts[1]
+    return name if (SRC / name).is_dir() or (SRC / f"{name}.py").is_file() else None
+
+
+def package_graph() -> dict[tuple[str, str], set[str]]:
+    """(importer, imported) package pairs, each with the files that import across."""
+    edges: dict[tuple[str, str], set[str]] = {}
+    for path in modules():
+        rel = path.relative_to(SRC)
+        if rel.parts == ("__init__.py",):
+            continue
+        source = rel.parts[0].removesuffix(".py")
+        for module in imports(path):
+            target = package_of(module)
+            if target is not None and target != source:
+                edges.setdefault((source, target), set()).add(str(rel))
+    return edges
+
+
+def find_cycles(edges: set[tuple[str, str]]) -> list[list[str]]:
+    """The cycles of a directed graph, each as a path that returns to its start (one per
+    strongly connected group of packages is enough to name the problem)."""
+    graph: dict[str, set[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+    cycles: list[list[str]] = []
+    seen: set[str] = set()
+    for start in sorted(graph):
+        stack: list[tuple[str, list[str]]] = [(start, [start])]
+        while stack:
+            here, path = stack.pop()
+            for nxt in sorted(graph.get(here, ())):
+                if nxt == start and frozenset(path) not in {frozenset(c) for c in cycles}:
+                    cycles.append([*path, start])
+                elif nxt not in path and nxt not in seen:
+                    stack.append((nxt, [*path, nxt]))
+        seen.add(start)
+    return cycles
+
+
+def test_every_package_is_in_a_layer() -> None:
+    packages = {p.relative_to(SRC).parts[0].removesuffix(".py") for p in modules()}
+    assert packages - {"__init__"} <= set(LAYERS)
+
+
+def test_no_import_cycle_between_packages() -> None:
+    cycles = find_cycles(set(package_graph()))
+    assert cycles == [], " ; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_packages_import_only_the_layers_below() -> None:
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    upward = {
+        f"{a} -> {b}": sorted(files)
+        for (a, b), files in package_graph().items()
+        if rank.get(a, -1) >= rank.get(b, -1)
+    }
+    assert upward == {}
+
+
+def test_cycle_finder_names_a_cycle() -> None:
+    edges = {("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")}
+    assert find_cycles(edges) == [["a", "b", "c", "a"]]
+    assert find_cycles({("a", "b"), ("b", "c")}) == []

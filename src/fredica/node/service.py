@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fredica import auth
-from fredica.capabilities import catalog
+from fredica.capabilities import catalog, task_types
 from fredica.config import schema as config
 from fredica.domain import errors, models
 from fredica.domain.clock import Clock, SystemClock
@@ -169,8 +169,6 @@ class Node:
 
     def _plugin_functions(self) -> dict[str, catalog.CapabilityFunction | None]:
         """Capability functions of executor types the seed's table does not know (plugins)."""
-        from fredica.capabilities import task_types
-
         out: dict[str, catalog.CapabilityFunction | None] = {}
         for task_type in self.registry.task_types:
             if task_types.is_known_task_type(task_type):
