@@ -108,8 +108,8 @@ def serve(
     """Run a node: the worker engine and the HTTP API."""
     import uvicorn
 
-    from fredica.api.app import create_app
     from fredica.node import bootstrap, compose
+    from fredica.web.app import create_app
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
