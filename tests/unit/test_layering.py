@@ -4,7 +4,7 @@
 - The faces (API, web UI, CLI) call the node service: they import no store module at all.
 - The domain imports nothing above it.
 - The subpackages form layers with no import cycle between them: each imports only the layers
-  below it (`LAYERS`, top first). Every import counts, including those inside functions and
+  below it (`LAYERS`, top first). No module import cycle either, inside a package. Every import counts, including those inside functions and
   under `TYPE_CHECKING`: a lazy import hides a cycle, it does not remove it.
 """
 
@@ -118,24 +118,62 @@ def package_graph() -> dict[tuple[str, str], set[str]]:
     return edges
 
 
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_graph() -> set[tuple[str, str]]:
+    """(importer, imported) fredica modules. `from a import b` names the module a.b when there
+    is one (not the package a, whose `__init__` is then merely run first)."""
+    known = {module_name(p): p for p in modules()}
+    edges: set[tuple[str, str]] = set()
+    for name, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                subs = [f"{node.module}.{a.name}" for a in node.names]
+                targets = [m for m in subs if m in known] or [node.module]
+            edges.update((name, t) for t in targets if t in known and t != name)
+    return edges
+
+
 def find_cycles(edges: set[tuple[str, str]]) -> list[list[str]]:
-    """The cycles of a directed graph, each as a path that returns to its start (one per
-    strongly connected group of packages is enough to name the problem)."""
+    """One shortest cycle per strongly connected group of nodes, each as a path that returns
+    to its first node (the group's smallest name); [] for an acyclic graph."""
     graph: dict[str, set[str]] = {}
     for a, b in edges:
         graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+
+    def path_from(start: str, allowed: set[str]) -> dict[str, str]:
+        parent: dict[str, str] = {}
+        frontier = [start]
+        while frontier:
+            nxt = []
+            for here in frontier:
+                for there in sorted(graph[here] & allowed):
+                    if there not in parent:
+                        parent[there] = here
+                        nxt.append(there)
+            frontier = nxt
+        return parent
+
+    reach = {n: set(path_from(n, set(graph))) for n in graph}
     cycles: list[list[str]] = []
-    seen: set[str] = set()
-    for start in sorted(graph):
-        stack: list[tuple[str, list[str]]] = [(start, [start])]
-        while stack:
-            here, path = stack.pop()
-            for nxt in sorted(graph.get(here, ())):
-                if nxt == start and frozenset(path) not in {frozenset(c) for c in cycles}:
-                    cycles.append([*path, start])
-                elif nxt not in path and nxt not in seen:
-                    stack.append((nxt, [*path, nxt]))
-        seen.add(start)
+    done: set[str] = set()
+    for n in sorted(graph):
+        group = {m for m in reach[n] if n in reach[m]}
+        if n in done or not group:
+            continue
+        done |= group
+        parent = path_from(n, group)
+        path = [n]
+        while path[-1] != n or len(path) == 1:
+            path.append(parent[path[-1]])
+        cycles.append(path[::-1])
     return cycles
 
 
@@ -146,6 +184,11 @@ def test_every_package_is_in_a_layer() -> None:
 
 def test_no_import_cycle_between_packages() -> None:
     cycles = find_cycles(set(package_graph()))
+    assert cycles == [], " ; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_import_cycle_between_modules() -> None:
+    cycles = find_cycles(module_graph())
     assert cycles == [], " ; ".join(" -> ".join(c) for c in cycles)
 
 
@@ -160,6 +203,6 @@ def test_packages_import_only_the_layers_below() -> None:
 
 
 def test_cycle_finder_names_a_cycle() -> None:
-    edges = {("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")}
-    assert find_cycles(edges) == [["a", "b", "c", "a"]]
-    assert find_cycles({("a", "b"), ("b", "c")}) == []
+    edges = {("a", "b"), ("b", "c"), ("c", "a"), ("c", "d"), ("d", "e"), ("e", "d")}
+    assert find_cycles(edges) == [["a", "b", "c", "a"], ["d", "e", "d"]]
+    assert find_cycles({("a", "b"), ("b", "c"), ("a", "c")}) == []
