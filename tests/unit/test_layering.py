@@ -4,8 +4,9 @@
 - The faces (API, web UI, CLI) call the node service: they import no store module at all.
 - The domain imports nothing above it.
 - The subpackages form layers with no import cycle between them: each imports only the layers
-  below it (`LAYERS`, top first). No module import cycle either, inside a package. Every import counts, including those inside functions and
-  under `TYPE_CHECKING`: a lazy import hides a cycle, it does not remove it.
+  below it (`LAYERS`, top first); no module import cycle either, inside a package. Every import
+  counts, including those inside functions and under `TYPE_CHECKING`: a lazy import hides a
+  cycle, it does not remove it.
 """
 
 from __future__ import annotations
