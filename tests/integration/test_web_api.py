@@ -18,7 +18,6 @@ import httpx
 import pytest
 import uvicorn
 
-from fredica.api.app import create_app
 from fredica.cli.demo import free_port
 from fredica.domain.models import NewPipeline, NewTask
 from fredica.executors import network_test
@@ -26,7 +25,8 @@ from fredica.node import compose
 from fredica.node.service import KEY_LAST_SHUTDOWN, Node
 from fredica.store.base import ClaimFilter
 from fredica.store.sqlite import SQLiteTaskStore
-from fredica.web import routes
+from fredica.web import events as web_events
+from fredica.web.app import create_app
 
 from .test_engine import fast_settings
 
@@ -332,7 +332,7 @@ async def test_event_stream_snapshot_changes_and_keepalive(
     web, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, node = web
-    monkeypatch.setattr(routes, "KEEPALIVE_SEC", 0.3)
+    monkeypatch.setattr(web_events, "KEEPALIVE_SEC", 0.3)
     async with (
         served_app(node) as (url, server),
         httpx.AsyncClient(base_url=url, timeout=10, trust_env=False) as client,

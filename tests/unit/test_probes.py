@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fredica.capabilities import catalog, declare, hardware, probes, scoring
+from fredica.capabilities import catalog, hardware, probes, scoring
 from fredica.config import schema as config
+from fredica.engine import declare
 
 F = catalog.CapabilityFunction
 

@@ -1,7 +1,8 @@
 """Capabilities: what a node can do, how well, and which backend it should use for a task.
 
-Modules (import them directly; this package imports nothing eagerly so that `fredica.config`
-can use the catalog without an import cycle through `declare`):
+Modules (import them directly). This package knows nothing of worker.yaml: `fredica.config`
+validates names against the catalog, and `fredica.engine.declare` turns a parsed worker.yaml and
+the probe report into the node's declared capabilities.
 
 - `catalog`: CapabilityFunction, Accelerator variants, Capability and the backend catalog of
   seed 001 §3 (base-score ranges, accelerator kind, language class, voice clone, cloud flag).
@@ -9,7 +10,6 @@ can use the catalog without an import cycle through `declare`):
 - `hardware`: GPU ladder, VRAM formula, cpu score, LLM fallback (seed 001 §2.7.1).
 - `scoring`: the pure unified scoring model (seed 001 §2.7, §3.15) and best-backend selection.
 - `probes`: bounded auto-detection of GPUs, binaries and Python modules.
-- `declare`: worker.yaml + probe report -> the node's declared capabilities with reasons.
 """
 
 from __future__ import annotations

@@ -16,9 +16,10 @@ from rich.console import Console
 from rich.table import Table
 from ruamel.yaml import YAML
 
-from fredica.capabilities import declare, probes
+from fredica.capabilities import probes
 from fredica.config import schema as config
 from fredica.domain import errors
+from fredica.engine import declare
 
 config_app = typer.Typer(
     name="config",

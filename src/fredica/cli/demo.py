@@ -25,6 +25,8 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from fredica.cli import remote
+
 
 class _Handler(BaseHTTPRequestHandler):
     """`/` answers at once; `/slow?ms=N` answers after N milliseconds."""
@@ -176,8 +178,6 @@ def _pause_and_resume(url: str, task_id: str, console: Console, log: list[str]) 
 
 
 def run_demo(console: Console, data_dir: Path | None = None, node_url: str | None = None) -> int:
-    from fredica.cli.main import Client, _follow
-
     with contextlib.ExitStack() as stack:
         base = stack.enter_context(local_http_server())
         if node_url is None:
@@ -186,7 +186,7 @@ def run_demo(console: Console, data_dir: Path | None = None, node_url: str | Non
             port = free_port()
             console.print(f"starting a node on port {port} (data dir {data}) ...")
             node_url = stack.enter_context(spawned_node(data, port, data / "demo-node.log"))
-        client = Client(node_url)
+        client = remote.Client(node_url)
         created = client.request(
             "POST",
             "/api/v1/pipelines",
@@ -201,7 +201,7 @@ def run_demo(console: Console, data_dir: Path | None = None, node_url: str | Non
             daemon=True,
         )
         pauser.start()
-        code = _follow(client, pipeline_id)
+        code = remote.follow(client, pipeline_id)
         pauser.join(timeout=5)
         console.print()
         for line in log:

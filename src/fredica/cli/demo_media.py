@@ -21,6 +21,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from fredica.cli import demo, remote
 from fredica.executors import ffmpeg
 
 DEMO_SENTENCES: tuple[str, ...] = (
@@ -118,15 +119,13 @@ def _node(console: Console, data_dir: Path | None, node_url: str | None) -> Iter
     if node_url is not None:
         yield node_url
         return
-    from fredica.cli.demo import free_port, spawned_node
-
     with contextlib.ExitStack() as stack:
         # outputs (SRT, transcript, analysis) must outlive the command: keep them on disk
         data = (data_dir or DEFAULT_DATA_DIR).resolve()
         data.mkdir(parents=True, exist_ok=True)
-        port = free_port()
+        port = demo.free_port()
         console.print(f"starting a node on port {port} (data dir {data}) ...")
-        yield stack.enter_context(spawned_node(data, port, data / "media-node.log"))
+        yield stack.enter_context(demo.spawned_node(data, port, data / "media-node.log"))
 
 
 def _fmt_time(seconds: float) -> str:
@@ -181,11 +180,9 @@ def _run(
     node_url: str,
     body: dict[str, Any],
 ) -> int:
-    from fredica.cli.main import Client, _follow
-
-    client = Client(node_url)
+    client = remote.Client(node_url)
     try:
-        return _submit(console, client, node_url, body, _follow)
+        return _submit(console, client, node_url, body, remote.follow)
     finally:
         client.http.close()
 

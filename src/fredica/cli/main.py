@@ -9,17 +9,15 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
-import httpx
 import typer
-from rich.console import Console, Group
-from rich.live import Live
-from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
 from fredica import __version__
+from fredica.cli import remote
+from fredica.cli.remote import STATUS_STYLE, Client, console, die, err_console, pipeline_view
 from fredica.domain import errors
 
 app = typer.Typer(
@@ -32,66 +30,11 @@ task_app = typer.Typer(help="Control one task.", no_args_is_help=True)
 app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(task_app, name="task")
 
-console = Console()
-err_console = Console(stderr=True)
-
 DEFAULT_NODE = "http://127.0.0.1:7631"
 NodeOpt = Annotated[
     str,
     typer.Option("--node", envvar="FREDICA_NODE", help="URL of the node to talk to."),
 ]
-STATUS_STYLE = {
-    "pending": "dim",
-    "claimed": "dim",
-    "running": "cyan",
-    "stale": "yellow",
-    "reclaimed": "yellow",
-    "completed": "green",
-    "failed": "red",
-    "cancelled": "magenta",
-    "skipped": "blue",
-    "cancelling": "magenta",
-    "partial_failed": "red",
-}
-TERMINAL_PIPELINE = {"completed", "failed", "cancelled", "partial_failed"}
-
-
-def _die(message: str, code: int = 1) -> NoReturn:
-    err_console.print(f"[red]error:[/red] {message}")
-    raise typer.Exit(code)
-
-
-class Client:
-    """A small synchronous client of a node's `/api/v1`."""
-
-    def __init__(self, base: str, timeout: float = 30.0, token: str | None = None) -> None:
-        self.base = base.rstrip("/")
-        token = token or os.environ.get("FREDICA_TOKEN")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(
-            base_url=self.base, timeout=timeout, trust_env=False, headers=headers
-        )
-
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = self.http.request(method, path, **kwargs)
-        except httpx.ConnectError:
-            _die(f"cannot reach a node at {self.base}; is `fredica serve` running?", 2)
-        except httpx.TimeoutException:
-            _die(f"the node at {self.base} did not answer in time", 2)
-        if response.status_code == 401:
-            _die(f"401: {_detail(response)} (set FREDICA_TOKEN to a publisher token)")
-        if response.status_code >= 400:
-            _die(f"{response.status_code}: {_detail(response)}")
-        return response.json()
-
-
-def _detail(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-        return str(body.get("error") or body.get("detail"))
-    except ValueError:
-        return response.text
 
 
 # --- serve ------------------------------------------------------------------------------------
@@ -108,8 +51,8 @@ def serve(
     """Run a node: the worker engine and the HTTP API."""
     import uvicorn
 
-    from fredica.api.app import create_app
     from fredica.node import bootstrap, compose
+    from fredica.web.app import create_app
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -119,10 +62,10 @@ def serve(
         node = compose.build_node(boot.settings)
         node.lock_data_dir()
     except (errors.ConfigError, errors.StoreError, errors.DataDirInUse) as exc:
-        _die(exc.message)
+        die(exc.message)
     except OSError as exc:  # a data dir that is a file, read-only, on a full disk...
         where = f" ({exc.filename})" if exc.filename else ""
-        _die(f"cannot use the data dir{where}: {exc.strerror or exc}")
+        die(f"cannot use the data dir{where}: {exc.strerror or exc}")
     settings = boot.settings
     err_console.print(
         f"fredica {__version__} node [bold]{settings.node_id}[/bold] on "
@@ -164,7 +107,7 @@ def _parse_params(values: list[str]) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for item in values:
         if "=" not in item:
-            _die(f"--param takes key=value, got {item!r}")
+            die(f"--param takes key=value, got {item!r}")
         key, raw = item.split("=", 1)
         try:
             params[key] = json.loads(raw)
@@ -178,9 +121,9 @@ def _read_json(path: Path) -> Any:
         text = sys.stdin.read() if str(path) == "-" else path.read_text()
         return json.loads(text)
     except OSError as exc:
-        _die(f"cannot read {path}: {exc}")
+        die(f"cannot read {path}: {exc}")
     except json.JSONDecodeError as exc:
-        _die(f"{path} is not valid JSON: {exc}")
+        die(f"{path} is not valid JSON: {exc}")
 
 
 @pipeline_app.command("create")
@@ -219,7 +162,7 @@ def pipeline_create(
     )
     console.print(f"pipeline [bold]{created['pipeline_id']}[/bold]{note}")
     if follow:
-        raise typer.Exit(_follow(client, created["pipeline_id"]))
+        raise typer.Exit(remote.follow(client, created["pipeline_id"]))
 
 
 @pipeline_app.command("list")
@@ -246,45 +189,6 @@ def pipeline_list(
     console.print(table)
 
 
-def _pipeline_view(data: dict[str, Any]) -> Group:
-    status = data["status"]
-    head = Text.assemble(
-        ("pipeline ", "bold"),
-        (data["id"], "bold"),
-        f"  {data['template']}  ",
-        (status, STATUS_STYLE.get(status, "")),
-        f"  {data['done_tasks']}/{data['total_tasks']} done",
-    )
-    refs = {v: k for k, v in data.get("params", {}).get("refs", {}).items()}
-    table = Table("task", "type", "status", "progress", "node", "note / error", expand=True)
-    for t in data["tasks"]:
-        shown = "paused" if t["status"] == "running" and t["is_paused"] else t["status"]
-        pct = 100 if t["status"] in ("completed", "skipped") else t["progress"]
-        note = t["error"] or t["progress_note"] or ""
-        table.add_row(
-            refs.get(t["id"], t["id"][:8]),
-            t["type"],
-            Text(shown, style="yellow" if shown == "paused" else STATUS_STYLE.get(shown, "")),
-            Group(ProgressBar(total=100, completed=pct, width=20), Text(f"{pct}%")),
-            t["claimed_by"] or "",
-            Text(note[:80], style="red" if t["error"] else "dim"),
-        )
-    return Group(head, table)
-
-
-def _follow(client: Client, pipeline_id: str) -> int:
-    version = 0
-    data = client.request("GET", f"/api/v1/pipelines/{pipeline_id}")
-    with Live(_pipeline_view(data), console=console, refresh_per_second=8) as live:
-        while data["status"] not in TERMINAL_PIPELINE:
-            version = client.request(
-                "GET", "/api/v1/changes", params={"after": version, "timeout": 2.0}
-            )["version"]
-            data = client.request("GET", f"/api/v1/pipelines/{pipeline_id}")
-            live.update(_pipeline_view(data))
-    return 0 if data["status"] == "completed" else 1
-
-
 @pipeline_app.command("show")
 def pipeline_show(
     pipeline_id: str,
@@ -297,12 +201,12 @@ def pipeline_show(
     """Show a pipeline and its tasks."""
     client = Client(node)
     if follow:
-        raise typer.Exit(_follow(client, pipeline_id))
+        raise typer.Exit(remote.follow(client, pipeline_id))
     data = client.request("GET", f"/api/v1/pipelines/{pipeline_id}")
     if as_json:
         console.print_json(data=data)
     else:
-        console.print(_pipeline_view(data))
+        console.print(pipeline_view(data))
 
 
 @pipeline_app.command("cancel")
@@ -386,7 +290,7 @@ def network_test_cmd(
     if urls:
         body["urls"] = urls
     created = client.request("POST", "/api/v1/NetworkTestRoute", json=body)
-    code = _follow(client, created["pipeline_id"])
+    code = remote.follow(client, created["pipeline_id"])
     task = client.request("GET", f"/api/v1/tasks/{created['task_id']}")
     table = Table("URL", "latency", "status")
     for row in (task.get("result") or {}).get("results", []):
@@ -461,7 +365,7 @@ def token_create(
 
     path, _ = bootstrap.resolve_paths(config, data_dir)
     if not path.exists():
-        _die(f"{path} does not exist; run `fredica serve` once or pass --config")
+        die(f"{path} does not exist; run `fredica serve` once or pass --config")
     token_id, token = auth.new_token()
     try:
         expiry = auth.expiry_from_now(expires, datetime.now(UTC))
@@ -479,7 +383,7 @@ def token_create(
         }
         config_mod.add_access_token(path, entry)
     except errors.FredicaError as exc:
-        _die(exc.message)
+        die(exc.message)
     console.print(f"Token ID   : {token_id}")
     console.print(f"Token      : {token}   (shown only this once)")
     console.print(f"Expires    : {expiry.date().isoformat() if expiry else 'never'}")

@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fredica.capabilities import catalog, declare, probes, scoring, task_types
+from fredica.capabilities import catalog, probes, scoring, task_types
 from fredica.config import schema as config
 from fredica.domain import errors, models
+from fredica.engine import declare
 
 logger = logging.getLogger(__name__)
 

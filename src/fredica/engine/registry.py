@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from fredica.domain import errors
-
-if TYPE_CHECKING:
-    from fredica.domain.spawn import SpawnHook
-    from fredica.executors.base import TaskExecutor
-    from fredica.pipelines.templates import Template
+from fredica.domain.spawn import SpawnHook
+from fredica.executors import network_test
+from fredica.executors.base import TaskExecutor
+from fredica.pipelines import media, templates
+from fredica.pipelines.templates import Template
 
 
 class Registry:
@@ -57,8 +56,6 @@ class Registry:
     def spawn_hook(self, template_name: str) -> SpawnHook | None:
         """The template's post-completion hook, or None when it has none (the store then does
         not load the pipeline's tasks for every completion)."""
-        from fredica.pipelines.templates import Template
-
         template = self._templates.get(template_name)
         if template is None or type(template).on_task_completed is Template.on_task_completed:
             return None
@@ -81,9 +78,6 @@ class Registry:
 
 def builtin_registry() -> Registry:
     """A registry with every built-in executor and template."""
-    from fredica.executors import network_test
-    from fredica.pipelines import media, templates
-
     registry = Registry()
     registry.add_executor(network_test.NetworkTestExecutor())
     templates.register_builtin(registry)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fredica import auth
-from fredica.capabilities import catalog
+from fredica.capabilities import catalog, task_types
 from fredica.config import schema as config
 from fredica.domain import errors, models
 from fredica.domain.clock import Clock, SystemClock
@@ -28,6 +28,7 @@ from fredica.engine.backends import BackendSelector
 from fredica.engine.registry import Registry
 from fredica.engine.worker import EngineSettings, WorkerEngine
 from fredica.executors import network_test
+from fredica.node import cluster, quality, recovery
 from fredica.node.lock import DataDirLock
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
 from fredica.pipelines.templates import BuildContext
@@ -126,6 +127,7 @@ class Node:
         self.auth = auth.Authenticator(cfg.auth, self.clock, settings.config_path)
         self.previous_shutdown: ShutdownType = ShutdownType.FIRST_START
         self.recovery: RecoveryReport | None = None
+        self._crash = recovery.CrashRecovery(store, settings.node_id, self.clock)
         self.started_at: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._presence: asyncio.Task[None] | None = None
@@ -176,8 +178,6 @@ class Node:
 
     def _plugin_functions(self) -> dict[str, catalog.CapabilityFunction | None]:
         """Capability functions of executor types the seed's table does not know (plugins)."""
-        from fredica.capabilities import task_types
-
         out: dict[str, catalog.CapabilityFunction | None] = {}
         for task_type in self.registry.task_types:
             if task_types.is_known_task_type(task_type):
@@ -365,6 +365,15 @@ class Node:
             return "engine_failed"
         return self._store.degraded or "ok"
 
+    def healthy(self) -> bool:
+        """False while the node cannot do its work (`/healthz` answers 503)."""
+        return self.health() == "ok"
+
+    @property
+    def running(self) -> int:
+        """Tasks executing on this node now."""
+        return self.engine.running_count
+
     async def status(self) -> dict[str, Any]:
         counts = await self._store.count_by_status()
         engine = self.settings.engine_settings()
@@ -384,6 +393,56 @@ class Node:
             "healthy": self.health() == "ok",
             "health": self.health(),
         }
+
+    async def cluster_view(self) -> dict[str, Any]:
+        """Every known node with slots used, load, memory and free disk (the UI's panel)."""
+        rows = await self._store.list_nodes()
+        local = await asyncio.to_thread(cluster.local_stats, self.settings.data_dir)
+        selector = self.engine.selector
+        detected = cluster.hardware(selector.capabilities if selector is not None else ())
+        live = cluster.Live(
+            running=self.engine.running_count,
+            max_workers=self.settings.engine_settings().max_workers,
+            task_types=sorted(self.engine.claimable_types()),
+            info={**local, **detected},
+        )
+        return cluster.view(rows, self.node_id, live)
+
+    # --- crash recovery (seed 001 §7.5) ---------------------------------------------------------
+    def _run(self) -> recovery.Run:
+        summary = self.recovery.summary() if self.recovery else None
+        return recovery.Run(self.started_at, self.previous_shutdown, summary)
+
+    async def recovery_state(self) -> dict[str, Any]:
+        """Whether the crash-recovery question is open, with the counts the dialog shows."""
+        return await self._crash.state(self._run())
+
+    async def answer_recovery(self, action: str) -> dict[str, Any]:
+        """Answer the crash-recovery question once per run: `continue`, `cancel_pending` or
+        `cancel_all` (every active pipeline this node owns)."""
+        answer, outcomes = await self._crash.answer(self._run(), action)
+        self._signal(outcomes)
+        self.changes.notify("")
+        return answer
+
+    # --- what the UI asks before it creates (seed 001 §2.7.2) -----------------------------------
+    def quality_defaults(self) -> dict[str, str]:
+        return quality.quality_defaults(self.settings.config)
+
+    def template_descriptions(self) -> dict[str, str]:
+        """Template name -> description, by name."""
+        names = self.registry.template_names
+        return {name: self.registry.template(name).description for name in names}
+
+    def template_task_types(self, name: str) -> list[str]:
+        """Every task type template `name` declares it can create ([] if it declares none)."""
+        return quality.declared_task_types(self.registry, name)
+
+    async def quality_check(self, request: PipelineRequest) -> list[dict[str, Any]]:
+        """Task types whose `quality` default `request` would lower, with that default."""
+        ctx = BuildContext(self.known_task_types(), self.node_id)
+        types = await asyncio.to_thread(quality.request_task_types, self.registry, request, ctx)
+        return quality.lowered_defaults(types, request, self.quality_defaults())
 
     # --- reads (what the faces show) ------------------------------------------------------------
     async def list_pipelines(

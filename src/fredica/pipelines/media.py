@@ -22,7 +22,7 @@ import hashlib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from fredica.capabilities import packaged_models
@@ -30,10 +30,7 @@ from fredica.domain import errors, idempotency, models
 from fredica.domain.spawn import SpawnInput, SpawnPlan
 from fredica.executors import analyze, audio, download, merge, outputs, transcribe
 from fredica.pipelines.request import PipelineRequest
-from fredica.pipelines.templates import BuildContext, Template
-
-if TYPE_CHECKING:
-    from fredica.engine.registry import Registry
+from fredica.pipelines.templates import BuildContext, Registrar, Template
 
 DL, SUB = download.DOWNLOAD_VIDEO, download.DOWNLOAD_SUBTITLE
 EXTRACT, SPLIT = audio.EXTRACT_AUDIO, audio.SPLIT_AUDIO
@@ -535,7 +532,7 @@ TEMPLATES: tuple[tuple[str, str, dict[str, bool]], ...] = (
 )
 
 
-def register_media(registry: Registry) -> None:
+def register_media(registry: Registrar) -> None:
     """Add the media executors and the media templates to `registry`."""
     for executor in (
         download.DownloadVideoExecutor(),

@@ -11,16 +11,14 @@ import uuid
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fredica.domain import errors
 from fredica.domain.models import NewPipeline, NewTask
 from fredica.domain.spawn import SpawnInput, SpawnPlan
 from fredica.executors import network_test
+from fredica.executors.base import TaskExecutor
 from fredica.pipelines.request import PipelineRequest, TaskSpecIn
-
-if TYPE_CHECKING:
-    from fredica.engine.registry import Registry
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +156,17 @@ class NetworkTestTemplate(Template):
         )
 
 
-def register_builtin(registry: Registry) -> None:
+class Registrar(Protocol):
+    """Where pipeline modules add their executors and templates (`engine.registry.Registry`
+    implements it; pipelines sit below the engine and never import it)."""
+
+    def add_executor(self, executor: TaskExecutor) -> None:
+        """Run tasks of `executor.task_type` with `executor`."""
+
+    def add_template(self, template: Template) -> None:
+        """Offer `template` under `template.name`."""
+
+
+def register_builtin(registry: Registrar) -> None:
     registry.add_template(CustomTemplate())
     registry.add_template(NetworkTestTemplate())

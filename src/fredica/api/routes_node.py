@@ -1,0 +1,88 @@
+"""The node's own state: `/healthz`, `/metrics`, status, cluster nodes, restart log, changes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from fredica import __version__
+from fredica.api import deps
+
+router = APIRouter()
+
+PROMETHEUS_TEXT = "text/plain; version=0.0.4"
+
+
+class _Metrics:
+    """Prometheus collector over one status snapshot (a fresh one per scrape)."""
+
+    def __init__(self, snapshot: dict[str, Any]) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        counts = GaugeMetricFamily("fredica_tasks", "Tasks by status", labels=["status"])
+        for status, n in self.snapshot.get("task_counts", {}).items():
+            counts.add_metric([status], n)
+        yield counts
+        running = GaugeMetricFamily("fredica_running_tasks", "Tasks executing on this node")
+        running.add_metric([], self.snapshot.get("running", 0))
+        yield running
+        stats = CounterMetricFamily(
+            "fredica_engine_tasks", "Task outcomes on this node since start", labels=["outcome"]
+        )
+        for outcome, n in self.snapshot.get("engine_stats", {}).items():
+            stats.add_metric([outcome], n)
+        yield stats
+
+
+@router.get("/healthz")
+async def healthz(node: deps.NodeDep) -> JSONResponse:
+    health = node.health()
+    return JSONResponse(
+        status_code=200 if health == "ok" else 503,
+        content={
+            "ok": health == "ok",
+            "state": health,
+            "node_id": node.node_id,
+            "version": __version__,
+        },
+    )
+
+
+@router.get("/metrics")
+async def prometheus(node: deps.NodeDep) -> Response:
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(_Metrics(await node.status()))
+    return PlainTextResponse(generate_latest(registry).decode(), media_type=PROMETHEUS_TEXT)
+
+
+@router.get("/api/v1/status")
+async def status(node: deps.NodeDep) -> dict[str, Any]:
+    return await node.status()
+
+
+@router.get("/api/v1/nodes")
+async def nodes(node: deps.NodeDep) -> dict[str, Any]:
+    return {"nodes": [n.to_json() for n in await node.nodes()]}
+
+
+@router.get("/api/v1/restart-log")
+async def restart_log(
+    node: deps.NodeDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> dict[str, Any]:
+    return {"entries": [e.to_json() for e in await node.restart_log(limit)]}
+
+
+@router.get("/api/v1/changes")
+async def changes(
+    node: deps.NodeDep,
+    after: Annotated[int, Query(ge=0)] = 0,
+    timeout: Annotated[float, Query(ge=0, le=60)] = 25.0,
+) -> dict[str, Any]:
+    """Long-poll: returns when anything changed after version `after`."""
+    return {"version": await node.changes.wait(after, timeout)}

@@ -1,0 +1,88 @@
+"""Pipelines: create (from a template or explicit tasks), list, show, cancel; the templates;
+and the seed's `NetworkTestRoute` (Appendix A), which creates a network-test pipeline."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import pydantic
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+
+from fredica.api import deps
+from fredica.domain import errors
+from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
+
+router = APIRouter()
+
+
+@router.post("/api/v1/pipelines", status_code=201)
+async def create_pipeline(
+    body: PipelineRequest, node: deps.NodeDep, publisher: deps.PublisherDep
+) -> JSONResponse:
+    pipeline, deduplicated = await node.create_pipeline(body, publisher)
+    return JSONResponse(
+        status_code=200 if deduplicated else 201,
+        content={
+            "pipeline_id": pipeline.id,
+            "deduplicated": deduplicated,
+            "status": pipeline.status.value,
+            "tasks": pipeline.params.get("refs", {}),
+        },
+    )
+
+
+@router.get("/api/v1/pipelines")
+async def list_pipelines(
+    node: deps.NodeDep,
+    status: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> dict[str, Any]:
+    rows = await node.list_pipelines(status, limit, offset)
+    return {"pipelines": [p.to_json() for p in rows]}
+
+
+@router.get("/api/v1/pipelines/{pipeline_id}")
+async def get_pipeline(pipeline_id: str, node: deps.NodeDep) -> dict[str, Any]:
+    pipeline, tasks = await node.pipeline_with_tasks(pipeline_id)
+    return {**pipeline.to_json(), "tasks": [t.to_json() for t in tasks]}
+
+
+@router.delete("/api/v1/pipelines/{pipeline_id}", status_code=202)
+async def cancel_pipeline(pipeline_id: str, node: deps.NodeDep) -> dict[str, Any]:
+    return (await node.cancel_pipeline(pipeline_id)).to_json()
+
+
+@router.get("/api/v1/templates")
+async def templates(node: deps.NodeDep) -> dict[str, Any]:
+    return {
+        "templates": [
+            {"name": name, "description": description}
+            for name, description in node.template_descriptions().items()
+        ],
+        "task_types": sorted(node.known_task_types()),
+    }
+
+
+@router.post("/api/v1/NetworkTestRoute")
+async def network_test_route(
+    request: Request, node: deps.NodeDep, publisher: deps.PublisherDep
+) -> dict[str, Any]:
+    body = _network_test_body(await request.body())
+    pipeline_id, task_id = await node.network_test(body, publisher)
+    return {"pipeline_id": pipeline_id, "task_id": task_id}
+
+
+def _network_test_body(raw: bytes) -> NetworkTestRequest:
+    """The seed's route accepts an empty body (every default); bad JSON is a 422 like the rest
+    of its validation, as the seed's clients expect."""
+    try:
+        data = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise errors.InvalidRequest(f"malformed JSON: {exc}") from exc
+    try:
+        return NetworkTestRequest.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise errors.InvalidRequest(str(exc).replace("\n", " ")) from exc

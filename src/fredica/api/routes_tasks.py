@@ -1,0 +1,57 @@
+"""Tasks: list, show with events, user actions; and the seed's `WorkerTaskListRoute`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from fredica.api import deps
+from fredica.domain import errors
+from fredica.domain.models import TaskStatus
+
+router = APIRouter()
+
+TASK_ACTIONS = ("cancel", "pause", "resume", "retry", "skip")
+
+
+@router.get("/api/v1/tasks")
+async def list_tasks(
+    node: deps.NodeDep,
+    pipeline_id: str | None = None,
+    status: str | None = None,
+    type: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=100_000)] = 500,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> dict[str, Any]:
+    rows = await node.list_tasks(pipeline_id, _statuses(status), type, limit, offset)
+    return {"tasks": [t.to_json() for t in rows]}
+
+
+@router.get("/api/v1/tasks/{task_id}")
+async def get_task(task_id: str, node: deps.NodeDep) -> dict[str, Any]:
+    task, events = await node.task_with_events(task_id)
+    return {**task.to_json(), "events": [e.to_json() for e in events]}
+
+
+@router.post("/api/v1/tasks/{task_id}/{action}")
+async def task_action(task_id: str, action: str, node: deps.NodeDep) -> dict[str, Any]:
+    if action not in TASK_ACTIONS:
+        raise errors.NotFound(f"unknown action {action!r}; use {', '.join(TASK_ACTIONS)}")
+    return (await node.task_action(task_id, action)).to_json()
+
+
+@router.get("/api/v1/WorkerTaskListRoute")
+async def worker_task_list(node: deps.NodeDep, pipeline_id: str | None = None) -> dict[str, Any]:
+    rows = await node.list_tasks(pipeline_id, None, None, 10_000)
+    return {"tasks": [t.to_json() for t in rows]}
+
+
+def _statuses(status: str | None) -> list[str] | None:
+    """`?status=a,b` as a list; an unknown status is refused with the valid ones."""
+    statuses = [s for s in status.split(",") if s] if status else None
+    for s in statuses or []:
+        if s not in TaskStatus.__members__.values():
+            valid = ", ".join(t.value for t in TaskStatus)
+            raise errors.InvalidRequest(f"status: unknown status {s!r}; valid: {valid}")
+    return statuses

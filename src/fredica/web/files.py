@@ -1,0 +1,98 @@
+"""A task's result files: the list (with download URLs) and each file, served only from
+`<data_dir>/results/<task_id>/` with symlinks resolved."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse
+from starlette.responses import Response
+
+from fredica.api import deps, errors
+from fredica.domain import errors as domain_errors
+
+router = APIRouter(tags=["web"])
+
+SAFE_TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+MAX_LISTED_FILES = 1000
+
+
+@router.get("/api/v1/tasks/{task_id}/files")
+async def task_files(task_id: str, node: deps.NodeDep) -> dict[str, Any]:
+    """Files under the task's result dir, with their download URLs."""
+    await node.get_task(task_id)  # 404 for an unknown task
+    if not SAFE_TASK_ID.match(task_id):
+        return {"files": []}
+    files = await asyncio.to_thread(list_result_files, node.settings.data_dir, task_id)
+    for item in files:
+        item["url"] = f"/files/results/{task_id}/{item['name']}"
+    return {"files": files}
+
+
+@router.get("/files/results/{task_id}/{name:path}", response_model=None)
+async def result_file(task_id: str, name: str, node: deps.NodeDep) -> Response:
+    """A file of a task's outputs: only under `<data_dir>/results/<task_id>/`, symlinks
+    resolved; `..` and absolute names are refused with 400, anything outside with 404."""
+    found = await asyncio.to_thread(resolve_result_file, node.settings.data_dir, task_id, name)
+    if isinstance(found, str):
+        return errors.respond(400, errors.MALFORMED, found)
+    if found is None:
+        raise domain_errors.NotFound(f"no file {name!r} in the results of task {task_id}")
+    return FileResponse(found.target, filename=found.target.name, content_disposition_type="inline")
+
+
+@dataclass(frozen=True)
+class ResultFile:
+    base: Path
+    target: Path
+
+
+def resolve_result_file(data_dir: Path, task_id: str, name: str) -> ResultFile | str | None:
+    """The file `name` under `<data_dir>/results/<task_id>/`, symlinks resolved.
+
+    Returns a reason string for a malformed request (400) and None when there is no such file
+    inside the task's result dir (404), including a symlink that points outside it.
+    """
+    if not SAFE_TASK_ID.match(task_id) or ".." in task_id:
+        return "invalid task id"
+    parts = name.split("/")
+    if not name or "\x00" in name or "\\" in name or name.startswith("/"):
+        return "invalid file name"
+    if any(part in ("", ".", "..") for part in parts):
+        return "file name must not contain empty, '.' or '..' segments"
+    root = (data_dir / "results").resolve()
+    base = (root / task_id).resolve()
+    if base.parent != root:  # the task dir itself is a symlink leading elsewhere
+        return None
+    target = (base / name).resolve()
+    if not target.is_relative_to(base) or not target.is_file():
+        return None
+    return ResultFile(base, target)
+
+
+def list_result_files(data_dir: Path, task_id: str) -> list[dict[str, Any]]:
+    """Every file under the task's result dir (at most MAX_LISTED_FILES), by name."""
+    root = (data_dir / "results").resolve()
+    base = (root / task_id).resolve()
+    if base.parent != root or not base.is_dir():
+        return []
+    files: list[dict[str, Any]] = []
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames.sort()
+        for filename in sorted(filenames):
+            path = Path(dirpath, filename)
+            resolved = path.resolve()
+            if not resolved.is_relative_to(base) or not resolved.is_file():
+                continue
+            files.append(
+                {"name": path.relative_to(base).as_posix(), "size": resolved.stat().st_size}
+            )
+            if len(files) >= MAX_LISTED_FILES:
+                return sorted(files, key=lambda f: str(f["name"]))
+    return sorted(files, key=lambda f: str(f["name"]))
