@@ -83,9 +83,11 @@ def builtin_registry() -> Registry:
     """A registry with every built-in executor and template."""
     from fredica.executors import network_test
     from fredica.pipelines import media, templates
+    from fredica.pipelines import subtitles as subtitle_pipelines
 
     registry = Registry()
     registry.add_executor(network_test.NetworkTestExecutor())
     templates.register_builtin(registry)
     media.register_media(registry)
+    subtitle_pipelines.register_subtitles(registry)
     return registry
