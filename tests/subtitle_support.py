@@ -71,8 +71,14 @@ def timed_speech(
     truth = []
     t = lead
     for i, (voice, text) in enumerate(lines):
+        raw = out.with_name(f"{out.stem}_{i}_raw.wav")
         part = out.with_name(f"{out.stem}_{i}.wav")
-        length = speak(text, part, voice)
+        speak(text, raw, voice)
+        # espeak-ng pads its output with silence: trim it so the cue times are the voice's
+        trim = "silenceremove=start_periods=1:start_threshold=-50dB"
+        run_ffmpeg("-i", str(raw), "-af", f"{trim},areverse,{trim},areverse", str(part))
+        with wave.open(str(part), "rb") as w:
+            length = w.getnframes() / w.getframerate()
         truth.append((round(t, 3), round(t + length, 3), voice, text))
         parts.append(part)
         t += length + pause

@@ -86,12 +86,14 @@ RULES: tuple[Rule, ...] = (
     Rule(F.SPEAKER_DIARIZE, "speechbrain-diarize", K.GPU, modules=_SB, gpu="cuda"),
     Rule(F.SPEAKER_DIARIZE, "nemo-diarize-gpu", K.GPU, modules=("nemo",), gpu="cuda"),
     Rule(F.SPEAKER_DIARIZE, "resemblyzer-cpu", K.CPU, modules=("resemblyzer",)),
+    Rule(F.SPEAKER_DIARIZE, "builtin-mfcc-cluster", K.CPU, modules=("numpy",)),
     Rule(F.EMOTION_DETECT, "speechbrain-emotion", K.GPU, modules=_SB, gpu="cuda"),
     Rule(F.EMOTION_DETECT, "speechbrain-emotion-cpu", K.CPU, modules=_SB,
          unless="speechbrain-emotion"),
     Rule(F.SUBTITLE_SYNC, "alass", K.CPU, binaries=("alass", "alass-cli")),
     Rule(F.SUBTITLE_SYNC, "ffsubsync", K.CPU, modules=("ffsubsync",)),
     Rule(F.SUBTITLE_SYNC, "subsync", K.CPU, modules=("subsync",)),
+    Rule(F.SUBTITLE_SYNC, "builtin-vad-xcorr", K.CPU, modules=("numpy",)),
     Rule(F.AUDIO_FINGERPRINT, "chromaprint", K.CPU, binaries=("fpcalc",)),
     Rule(F.AUDIO_FINGERPRINT, "chromaprint-py", K.CPU, modules=("acoustid",),
          unless="chromaprint"),
@@ -106,6 +108,7 @@ RULES: tuple[Rule, ...] = (
     Rule(F.TTS, "edge-tts", K.CPU, modules=("edge_tts",)),
     Rule(F.TTS, "bark", K.GPU, modules=("bark",), gpu="cuda"),
     Rule(F.TTS, "piper", K.CPU, binaries=("piper",), modules=("piper",)),
+    Rule(F.TTS, "espeak-ng", K.CPU, binaries=("espeak-ng",)),
 )
 # fmt: on
 

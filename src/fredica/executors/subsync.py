@@ -33,6 +33,7 @@ RATE = 16_000
 HOP = 0.01  # seconds per analysis frame
 FLOOR_PCT, PEAK_PCT, THRESHOLD_SHARE = 10, 95, 0.35
 MIN_SPEECH_DB = -55.0
+PLATEAU_SHARE = 0.02  # lags scoring within 2 % of the best belong to its plateau
 
 
 def decode_mono(path: Path) -> np.ndarray:
@@ -71,11 +72,19 @@ def best_offset(speech: np.ndarray, subs: np.ndarray, limit_frames: int) -> tupl
     b = subs - subs.mean()
     n = 1 << int(np.ceil(np.log2(len(a) + len(b))))
     corr = np.fft.irfft(np.fft.rfft(a, n) * np.conj(np.fft.rfft(b, n)), n)
-    lags = np.concatenate([np.arange(0, limit_frames + 1), np.arange(-limit_frames, 0)])
-    values = np.concatenate([corr[: limit_frames + 1], corr[n - limit_frames :]])
+    # lags -limit..limit in order
+    values = np.concatenate([corr[n - limit_frames :], corr[: limit_frames + 1]])
     best = int(np.argmax(values))
+    # cues are longer than the voiced frames inside them, so the peak is a plateau: take its
+    # middle rather than its first frame
+    floor = values[best] - PLATEAU_SHARE * abs(values[best])
+    lo = hi = best
+    while lo > 0 and values[lo - 1] >= floor:
+        lo -= 1
+    while hi < len(values) - 1 and values[hi + 1] >= floor:
+        hi += 1
     norm = float(np.sqrt(np.sum(a * a) * np.sum(b * b))) or 1.0
-    return int(lags[best]), float(values[best]) / norm
+    return (lo + hi) // 2 - limit_frames, float(values[best]) / norm
 
 
 class SyncSubtitleExecutor(TaskExecutor):
