@@ -146,3 +146,75 @@ async def tasks_of(node: Node, pipeline_id: str) -> list[Any]:
 
 def by_type(tasks: list[Any], predicate: Callable[[Any], bool] | None = None) -> dict[str, Any]:
     return {t.type: t for t in tasks if predicate is None or predicate(t)}
+
+
+# --- a local server speaking the DeepL v2 and OpenAI chat-completions protocols -------------
+GERMAN = {
+    "good": "guten", "morning": "Morgen", "and": "und", "welcome": "willkommen", "to": "zu",
+    "the": "der", "show": "Sendung", "today": "heute", "we": "wir", "talk": "sprechen",
+    "about": "über", "home": "Heim", "media": "Medien", "clusters": "Cluster", "every": "jede",
+    "machine": "Maschine", "helps": "hilft", "with": "mit", "work": "Arbeit", "thank": "danke",
+    "you": "dir", "for": "fürs", "listening": "Zuhören", "quick": "schnelle", "brown": "braune",
+    "fox": "Fuchs", "jumps": "springt", "over": "über", "lazy": "faulen", "dog": "Hund",
+    "are": "sind", "testing": "testen", "a": "einen", "cluster": "Cluster", "is": "wird",
+    "chunk": "Stück", "transcribed": "transkribiert", "on": "auf", "processor": "Prozessor",
+}  # fmt: skip
+
+
+def to_german(text: str) -> str:
+    """A word-by-word dictionary 'translation' (the servers below are protocol fakes)."""
+    import re
+
+    return re.sub(r"[A-Za-z']+", lambda m: GERMAN.get(m.group(0).lower(), m.group(0)), text)
+
+
+class TranslationServer:
+    """DeepL `POST /v2/translate` and OpenAI `POST /v1/chat/completions` on loopback."""
+
+    def __init__(self) -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler
+
+        from tests.media_support import QuietServer
+
+        self.requests: list[tuple[str, dict[str, str], Any]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append((self.path, dict(self.headers), body))
+                if self.path == "/v2/translate":
+                    reply: Any = {"translations": [
+                        {"detected_source_language": "EN", "text": to_german(t)}
+                        for t in body["text"]]}  # fmt: skip
+                else:
+                    lines = json.loads(body["messages"][-1]["content"])
+                    out = [{"id": x["id"], "text": to_german(x["text"])} for x in lines]
+                    reply = {"choices": [{"message": {"role": "assistant",
+                                                      "content": json.dumps(out)}}],
+                             "usage": {"prompt_tokens": 1, "completion_tokens": 1}}  # fmt: skip
+                raw = json.dumps(reply).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.httpd = QuietServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> TranslationServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -16,8 +16,10 @@ on ffmpeg-nvenc, ...), so what is recorded is what ran.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +101,18 @@ def filter_path(path: Path) -> str:
     return f"'{escaped}'"
 
 
+@contextlib.contextmanager
+def temp_output(target: Path, suffix: str) -> Iterator[Path]:
+    """A temporary name next to `target`, renamed to it when the block succeeds."""
+    tmp = outputs.temp_sibling(target).with_suffix(suffix)
+    try:
+        yield tmp
+        with outputs.disk_errors(f"writing {target}"):
+            os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 async def encode(
     ctx: TaskContext,
     source: Path,
@@ -111,21 +125,16 @@ async def encode(
     vmap: str = "0:v:0",
 ) -> None:
     """Re-encode `source` through `vfilter` into `target` (temp name, then rename)."""
-    tmp = outputs.temp_sibling(target).with_suffix(target.suffix or ".mp4")
     args = ["-i", str(source)]
     if audio is not None:
         args += ["-i", str(audio), "-map", vmap, "-map", "1:a:0", "-c:a", "aac", "-b:a", "128k"]
         args += ["-shortest"] if duration is None else ["-t", f"{duration:.3f}"]
     else:
         args += ["-map", vmap, "-map", "0:a?", "-c:a", "copy"]
-    args += [*vfilter, *encoder_args(ctx), "-pix_fmt", "yuv420p", str(tmp)]
+    args += [*vfilter, *encoder_args(ctx), "-pix_fmt", "yuv420p"]
     ctx.event("tool", f"ffmpeg {ffmpeg.executable(ctx.backend_config)}")
-    try:
-        await ffmpeg.run(ctx, args, what=what, duration_sec=duration, note=what)
-        with outputs.disk_errors(f"writing {target}"):
-            os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with temp_output(target, target.suffix or ".mp4") as tmp:
+        await ffmpeg.run(ctx, [*args, str(tmp)], what=what, duration_sec=duration, note=what)
 
 
 class ExtractSubtitleExecutor(TaskExecutor):
@@ -151,25 +160,13 @@ class ExtractSubtitleExecutor(TaskExecutor):
             raise errors.PermanentError(f"{source} has no subtitle track")
         track = self._pick(tracks, payload)
         target = output_file(ctx, payload, f"track{track['index']}.{fmt.value}")
-        tmp = outputs.temp_sibling(target).with_suffix("." + fmt.value)
-        try:
+        args = ["-i", str(source), "-map", f"0:s:{track['index']}", "-c:s", _CODECS[fmt]]
+        with temp_output(target, "." + fmt.value) as tmp:
             await ffmpeg.run(
                 ctx,
-                [
-                    "-i",
-                    str(source),
-                    "-map",
-                    f"0:s:{track['index']}",
-                    "-c:s",
-                    _CODECS[fmt],
-                    str(tmp),
-                ],
+                [*args, str(tmp)],
                 what=f"extracting subtitle track {track['index']} of {source}",
             )
-            with outputs.disk_errors(f"writing {target}"):
-                os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
         cues, _ = read_cues(target)
         result = {
             "subtitle_path": str(target),

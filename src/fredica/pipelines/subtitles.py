@@ -235,7 +235,7 @@ def _with_request(
 
 def register_subtitles(registry: Registry) -> None:
     """Add the subtitle and speech executors and templates to `registry`."""
-    from fredica.executors import subsync
+    from fredica.executors import subsync, translate, tts
 
     for executor in (
         subtitles.ExtractSubtitleExecutor(),
@@ -244,6 +244,8 @@ def register_subtitles(registry: Registry) -> None:
         subtitles.BlurSubtitleRegionExecutor(),
         subsync.SyncSubtitleExecutor(),
         hardsub.DetectHardcodedSubtitleExecutor(),
+        translate.TranslateTextExecutor(),
+        tts.GenerateTtsExecutor(),
     ):
         registry.add_executor(executor)
     registry.add_template(BurnSubtitlesTemplate())
