@@ -161,7 +161,7 @@ def route_plan(done: SpawnInput) -> SpawnPlan | None:
     )
 
 
-def _validate(params: dict[str, Any]) -> None:
+def validate_params(params: dict[str, Any]) -> None:
     unknown = set(params) - PARAMS
     if unknown:
         raise errors.InvalidRequest(
@@ -192,7 +192,7 @@ class BurnSubtitlesTemplate(Template):
 
     def build(self, request: PipelineRequest, ctx: BuildContext) -> models.NewPipeline:
         params = dict(request.params)
-        _validate(params)
+        validate_params(params)
         video = local_file(request.source, "source")
         subtitle = local_file(params.get("subtitle_path"), "params.subtitle_path")
         try:
@@ -249,6 +249,9 @@ def register_subtitles(registry: Registry) -> None:
     ):
         registry.add_executor(executor)
     registry.add_template(BurnSubtitlesTemplate())
+    from fredica.pipelines import dubbing
+
+    dubbing.register_dubbing(registry)
 
 
 register = register_subtitles
