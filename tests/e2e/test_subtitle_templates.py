@@ -113,8 +113,8 @@ def test_burn_subtitles_template_over_the_api_rejects_bad_params(
 ) -> None:
     _, video = media
     with node.client() as client:
-        missing = client.post("/api/v1/pipelines", json={"template": "burn_subtitles",
-                                                         "source": str(video), "params": {}})  # fmt: skip
+        body: dict[str, Any] = {"template": "burn_subtitles", "source": str(video)}
+        missing = client.post("/api/v1/pipelines", json=body)
         assert missing.status_code == 422 and "subtitle_path" in missing.text
         srt = tmp_path / "s.srt"
         srt.write_text("1\n00:00:00,500 --> 00:00:02,000\nHi\n")
