@@ -112,6 +112,29 @@ RULES: tuple[Rule, ...] = (
 )
 # fmt: on
 
+# The backends fredica's executors run, for the functions where that is not yet every catalog
+# backend (the subtitle and speech family). Any other backend of these functions is listed with
+# a reason but never declared, even when its tool is installed (DESIGN §4.16).
+RUNNABLE: dict[F, frozenset[str]] = {
+    F.TTS: frozenset({"espeak-ng", "openai-tts-api"}),
+    F.TRANSLATE: frozenset(
+        {"deepl-api", "openai-translate-api", "deepseek-translate-api", "ollama-translate"}
+    ),
+    F.SPEECH_ENHANCE: frozenset({"noisereduce"}),
+    F.SPEAKER_DIARIZE: frozenset({"builtin-mfcc-cluster"}),
+    F.EMOTION_DETECT: frozenset(),
+    F.SUBTITLE_SYNC: frozenset({"builtin-vad-xcorr", "alass", "ffsubsync"}),
+    F.AUDIO_FINGERPRINT: frozenset({"chromaprint", "acoustid-api"}),
+}
+NOT_RUNNABLE_REASON = "fredica has no executor for this backend yet"
+
+
+def runnable(function: F, backend: str, table: Mapping[F, frozenset[str]] | None) -> bool:
+    """Whether the executor for `function` runs `backend` (always, without a `table`)."""
+    allowed = None if table is None else table.get(function)
+    return allowed is None or backend in allowed
+
+
 _WHISPER = ("faster-whisper", "whisper.cpp")
 _GPU_WORDS = {"cuda": "an NVIDIA GPU", "apple": "an Apple GPU", "any": "a GPU"}
 
@@ -198,9 +221,15 @@ def binary_paths(cfg: config.WorkerConfig) -> dict[str, str]:
 class _Builder:
     """Accumulates declarations for one node."""
 
-    def __init__(self, cfg: config.WorkerConfig, report: probes.ProbeReport) -> None:
+    def __init__(
+        self,
+        cfg: config.WorkerConfig,
+        report: probes.ProbeReport,
+        executors: Mapping[F, frozenset[str]] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.report = report
+        self.executors = executors
         self.out: list[Declaration] = []
 
     # -- helpers ------------------------------------------------------------------------------
@@ -303,6 +332,9 @@ class _Builder:
                 continue
             if rule.unless and self.declared(function, rule.unless):
                 continue
+            if not runnable(function, rule.backend, self.executors):
+                self.skip(function, rule.backend, "auto", NOT_RUNNABLE_REASON)
+                continue
             met, why = self.rule_check(rule, hf_token)
             if met:
                 self.add(function, rule.backend, rule.accelerator, "detected", f"detected: {why}")
@@ -313,6 +345,8 @@ class _Builder:
         self, key: str, function: F, p: sections.ProviderConfig, section_max: int, hf: str = ""
     ) -> None:
         """Declare one provider named in worker.yaml, if it can run here."""
+        if not runnable(function, p.backend, self.executors):
+            return self.skip(function, p.backend, "configured", NOT_RUNNABLE_REASON)
         kinds = catalog.accelerator_kinds(function, p.backend)
         meta = {"max_concurrent": str(p.max_concurrent or section_max)}
         models = [(m.name, m.score) for m in p.models] or ([(p.model, None)] if p.model else [])
@@ -540,9 +574,16 @@ def _provider_section(b: _Builder, key: str, sec: sections.ProviderSection) -> N
     return None
 
 
-def declare(cfg: config.WorkerConfig, report: probes.ProbeReport) -> list[Declaration]:
-    """Every capability this node declares, and every backend it does not, with reasons."""
-    b = _Builder(cfg, report)
+def declare(
+    cfg: config.WorkerConfig,
+    report: probes.ProbeReport,
+    executors: Mapping[F, frozenset[str]] | None = None,
+) -> list[Declaration]:
+    """Every capability this node declares, and every backend it does not, with reasons.
+
+    `executors` (a node passes RUNNABLE) limits functions to the backends their executors run;
+    without it every detected backend is declared (the detection rules alone)."""
+    b = _Builder(cfg, report, executors)
     _downloads(b)
     _ffmpeg(b)
     _transcribe(b)

@@ -235,7 +235,7 @@ def _with_request(
 
 def register_subtitles(registry: Registry) -> None:
     """Add the subtitle and speech executors and templates to `registry`."""
-    from fredica.executors import subsync, translate, tts
+    from fredica.executors import speech, subsync, translate, tts
 
     for executor in (
         subtitles.ExtractSubtitleExecutor(),
@@ -246,6 +246,9 @@ def register_subtitles(registry: Registry) -> None:
         hardsub.DetectHardcodedSubtitleExecutor(),
         translate.TranslateTextExecutor(),
         tts.GenerateTtsExecutor(),
+        speech.EnhanceAudioExecutor(),
+        speech.DiarizeAudioExecutor(),
+        speech.FingerprintAudioExecutor(),
     ):
         registry.add_executor(executor)
     registry.add_template(BurnSubtitlesTemplate())
