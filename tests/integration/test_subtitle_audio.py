@@ -142,3 +142,40 @@ def similarity(a: list[int], b: list[int]) -> float:
     y = np.array(b[:n], dtype=np.int64) & 0xFFFFFFFF
     differing = sum(bin(int(v)).count("1") for v in x ^ y)
     return 1 - differing / (32 * n)
+
+
+async def test_transcribe_speakers_turns_diarization_into_labelled_chunks(
+    tmp_path: Path, dialogue: tuple[Path, list]
+) -> None:
+    from fredica.node import Node
+    from fredica.pipelines.request import PipelineRequest
+
+    wav, truth = dialogue
+    cfg = {"capabilities": {"speaker_diarize": {"enabled": True}}}
+    node = Node(ss.node_settings(tmp_path, cfg))
+    await node.start()
+    try:
+        request = PipelineRequest(template="transcribe_speakers", source=str(wav), language="en",
+                                  params={"analyze": False, "max_speakers": 3})  # fmt: skip
+        pipeline, _ = await node.create_pipeline(request)
+        done = await ss.wait_done(node, pipeline.id, timeout=120)
+        tasks = await ss.tasks_of(node, pipeline.id)
+    finally:
+        await node.stop(grace=2)
+    assert done.status.value == "completed", [(t.type, t.error) for t in tasks]
+    assert not [t for t in tasks if t.type == "SPLIT_AUDIO"]
+    diarize = next(t for t in tasks if t.type == "DIARIZE_AUDIO")
+    chunks = sorted((t for t in tasks if t.type == "TRANSCRIBE_CHUNK"),
+                    key=lambda t: t.payload["chunk_index"])  # fmt: skip
+    assert len(chunks) == len(truth) == len(diarize.result["segments"])
+    assert all(list(t.depends_on) == [diarize.id] for t in chunks)
+    speakers = [t.payload["speaker_id"] for t in chunks]
+    assert speakers == ["SPEAKER_00", "SPEAKER_01"] * 2 + ["SPEAKER_00"]
+    merge = next(t for t in tasks if t.type == "MERGE_TRANSCRIPTION")
+    by_speaker: dict[str, str] = {}
+    for seg in merge.result["segments"]:
+        by_speaker[seg["speaker"]] = by_speaker.get(seg["speaker"], "") + " " + seg["text"]
+    print(f"\n{by_speaker}")
+    assert "podcast" in by_speaker["SPEAKER_00"].lower()
+    assert "having me" in by_speaker["SPEAKER_01"].lower()
+    assert "SPEAKER_01: Thanks for having me" in Path(merge.result["files"]["txt"]).read_text()

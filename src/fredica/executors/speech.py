@@ -154,6 +154,8 @@ class DiarizeAudioExecutor(TaskExecutor):
         segments = await ctx.run_in_subprocess(
             diarize_in_child, samples, voiced, low, high, min_seg
         )
+        if payload.get("turns_dir"):  # one WAV per turn, for per-turn transcription
+            write_turns(outputs.resolve(ctx.data_dir, str(payload["turns_dir"])), samples, segments)
         ctx.progress(100, f"{len({s['speaker'] for s in segments})} speaker(s)")
         return ExecuteResult(
             {
@@ -164,6 +166,17 @@ class DiarizeAudioExecutor(TaskExecutor):
                 "backend": DIARIZE_BUILTIN,
             }
         )
+
+
+def write_turns(directory: Path, samples: np.ndarray, segments: list[dict[str, Any]]) -> None:
+    """Each segment's audio as `turn_NNN.wav` (its path added to the segment)."""
+    with outputs.disk_errors(f"writing turns into {directory}"):
+        directory.mkdir(parents=True, exist_ok=True)
+        for i, seg in enumerate(segments):
+            lo, hi = (int(seg[k] * diarization.RATE) for k in ("start_sec", "end_sec"))
+            path = directory / f"turn_{i:03d}.wav"
+            write_wav(path, samples[lo:hi], diarization.RATE)
+            seg["path"] = str(path)
 
 
 def diarize_in_child(

@@ -1,4 +1,5 @@
-"""Templates that speak: `dub` and `summary_audio` (seed 001 §3.5, §3.8).
+"""Templates built on the media transcription: `dub`, `summary_audio` (seed 001 §3.5, §3.8)
+and `transcribe_speakers` (§3.11).
 
 `dub` (source = a video on this node, params `target_lang`, optional `voice`, `burn`):
 
@@ -13,6 +14,10 @@ the original's burned-in subtitles first.
 `summary_audio`: EXTRACT_AUDIO -> TRANSCRIBE_CHUNK -> MERGE_TRANSCRIPTION -> AI_ANALYZE ->
 GENERATE_TTS (the summary read aloud).
 
+`transcribe_speakers`: EXTRACT_AUDIO -> DIARIZE_AUDIO (instead of SPLIT_AUDIO) -> one
+TRANSCRIBE_CHUNK per speaker turn (payload `speaker_id`) -> MERGE_TRANSCRIPTION (segments labelled
+with their speaker) -> AI_ANALYZE.
+
 Each completion passes its output on to the waiting task in the owner's completion
 transaction (DESIGN §4.3); the transcription part is the media template's own.
 """
@@ -25,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from fredica.domain import errors, models
 from fredica.domain.spawn import SpawnInput, SpawnPlan
-from fredica.executors import analyze, download, merge, outputs, translate, tts
+from fredica.executors import analyze, audio, download, merge, outputs, speech, translate, tts
 from fredica.pipelines import media
 from fredica.pipelines import subtitles as routing
 from fredica.pipelines.request import PipelineRequest
@@ -175,6 +180,61 @@ class SummaryAudioTemplate(_Speaking):
         return super().on_task_completed(done)
 
 
+SPEAKER_PARAMS = frozenset({"min_speakers", "max_speakers", "min_segment_sec"})
+
+
+class SpeakersTemplate(media.MediaTemplate):
+    """transcribe_long with DIARIZE_AUDIO deciding the pieces: one chunk per speaker turn."""
+
+    def build(self, request: PipelineRequest, ctx: BuildContext) -> models.NewPipeline:
+        own = {k: v for k, v in request.params.items() if k in SPEAKER_PARAMS}
+        rest = {k: v for k, v in request.params.items() if k not in SPEAKER_PARAMS}
+        try:
+            for key, default in (("min_speakers", 1), ("max_speakers", 0)):
+                outputs.payload_number(own, key, default, low=0, high=50)
+            outputs.payload_number(own, "min_segment_sec", 0.5, low=0, high=60)
+        except errors.TaskError as exc:
+            raise errors.InvalidRequest(f"params: {exc.message}") from exc
+        base = super().build(request.model_copy(update={"params": rest}), ctx)
+        tasks = []
+        for t in base.tasks:
+            if t.type == audio.SPLIT_AUDIO:
+                payload = {"audio_path": t.payload["audio_path"], **own,
+                           "turns_dir": f"turns/{outputs.safe_name(base.material_id)}"}  # fmt: skip
+                t = dataclasses.replace(t, type=speech.DIARIZE_AUDIO, payload=payload,
+                                        cache_policy=models.CachePolicy.NONE,
+                                        idempotency_key=None, max_retries=1)  # fmt: skip
+            tasks.append(t)
+        return dataclasses.replace(base, tasks=tuple(tasks), params={**base.params, **own})
+
+    def on_task_completed(self, done: SpawnInput) -> SpawnPlan | None:
+        task, result = done.task, done.task.result or {}
+        if task.type == speech.DIARIZE_AUDIO:
+            turns = [s for s in result.get("segments") or [] if s.get("path")]
+            as_split = {"chunks": [
+                {"index": i, "path": s["path"], "start_sec": s["start_sec"],
+                 "duration_sec": round(s["end_sec"] - s["start_sec"], 3)}
+                for i, s in enumerate(turns)]}  # fmt: skip
+            plan = self._spawn_chunks(done, as_split)
+            if plan is None:
+                return None
+            labelled = tuple(
+                dataclasses.replace(t, payload={**t.payload, "speaker_id": turn["speaker"]})
+                for t, turn in zip(plan.new_tasks, turns, strict=True)
+            )
+            return dataclasses.replace(plan, new_tasks=labelled)
+        plan = super().on_task_completed(done)
+        if task.type != media.CHUNK or plan is None:
+            return plan
+        speakers = {t.id: t.payload.get("speaker_id") for t in done.siblings}
+        for patch in plan.patch_payloads.values():
+            for chunk in patch.get("chunks") or []:
+                who = speakers.get(chunk.get("task_id"))
+                for seg in chunk["segments"] if who else []:
+                    seg["speaker"] = who
+        return plan
+
+
 def register_dubbing(registry: Registry) -> None:
     registry.add_template(
         DubTemplate(
@@ -182,6 +242,13 @@ def register_dubbing(registry: Registry) -> None:
             "Transcribe, translate the subtitles, speak them on their timeline, and (burn: true) "
             "burn them with the dubbed sound into the video, routed by hard-subtitle detection.",
             analyze_step=False,
+        )
+    )
+    registry.add_template(
+        SpeakersTemplate(
+            "transcribe_speakers",
+            "Extract audio, find the speaker turns (diarization instead of fixed chunks), "
+            "transcribe each turn, merge with speaker labels, analyse.",
         )
     )
     registry.add_template(
