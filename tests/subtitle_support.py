@@ -44,20 +44,41 @@ def make_video(out: Path, seconds: float = 6.0, text: str | None = None) -> Path
     """A 640x360 test picture with a tone; `text` is burned in near the bottom when given."""
     vf = "format=yuv420p"
     if text:
-        vf = (f"drawtext=fontfile={FONT}:text='{text}':fontsize=26:fontcolor=white:"
-              "borderw=3:bordercolor=black:x=(w-text_w)/2:y=h*0.86," + vf)  # fmt: skip
-    run_ffmpeg("-f", "lavfi", "-i", f"testsrc2=size=640x360:rate=10:duration={seconds}",
-               "-f", "lavfi", "-i", f"sine=frequency=300:duration={seconds}",
-               "-vf", vf, "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac",
-               "-shortest", str(out))  # fmt: skip
+        vf = (
+            f"drawtext=fontfile={FONT}:text='{text}':fontsize=26:fontcolor=white:"
+            "borderw=3:bordercolor=black:x=(w-text_w)/2:y=h*0.86," + vf
+        )
+    run_ffmpeg(
+        "-f",
+        "lavfi",
+        "-i",
+        f"testsrc2=size=640x360:rate=10:duration={seconds}",
+        "-f",
+        "lavfi",
+        "-i",
+        f"sine=frequency=300:duration={seconds}",
+        "-vf",
+        vf,
+        "-c:v",
+        "libx264",
+        "-preset",
+        "ultrafast",
+        "-c:a",
+        "aac",
+        "-shortest",
+        str(out),
+    )
     return out
 
 
 def speak(text: str, out: Path, voice: str = "en-us", speed: int = 150) -> float:
     """espeak-ng `text` into `out`; its duration in seconds."""
     require("espeak-ng")
-    subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-w", str(out), text],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["espeak-ng", "-v", voice, "-s", str(speed), "-w", str(out), text],
+        check=True,
+        capture_output=True,
+    )
     with wave.open(str(out), "rb") as w:
         return w.getnframes() / w.getframerate()
 
@@ -89,10 +110,15 @@ def timed_speech(
         f"[{i}:a]aresample=16000,apad=pad_dur={pause}[a{i}];" for i in range(len(parts))
     )
     concat = "".join(f"[a{i}]" for i in range(len(parts)))
-    run_ffmpeg(*inputs, "-filter_complex",
-               f"{chain}{concat}concat=n={len(parts)}:v=0:a=1,adelay={int(lead * 1000)},"
-               "aformat=sample_rates=16000:channel_layouts=mono[out]",
-               "-map", "[out]", str(out))  # fmt: skip
+    run_ffmpeg(
+        *inputs,
+        "-filter_complex",
+        f"{chain}{concat}concat=n={len(parts)}:v=0:a=1,adelay={int(lead * 1000)},"
+        "aformat=sample_rates=16000:channel_layouts=mono[out]",
+        "-map",
+        "[out]",
+        str(out),
+    )
     return truth
 
 
@@ -104,10 +130,20 @@ def ocr_text(video: Path, at: float, tmp: Path) -> str:
     """Text tesseract reads in the lower half of the frame at `at` seconds."""
     require("tesseract")
     frame = tmp / f"ocr_{at:.2f}.png"
-    run_ffmpeg("-ss", f"{at:.3f}", "-i", str(video), "-frames:v", "1",
-               "-vf", "crop=iw:ih/2:0:ih/2,scale=iw*2:ih*2,format=gray", str(frame))  # fmt: skip
-    out = subprocess.run(["tesseract", str(frame), "-", "--psm", "11"],
-                         check=True, capture_output=True, text=True)  # fmt: skip
+    run_ffmpeg(
+        "-ss",
+        f"{at:.3f}",
+        "-i",
+        str(video),
+        "-frames:v",
+        "1",
+        "-vf",
+        "crop=iw:ih/2:0:ih/2,scale=iw*2:ih*2,format=gray",
+        str(frame),
+    )
+    out = subprocess.run(
+        ["tesseract", str(frame), "-", "--psm", "11"], check=True, capture_output=True, text=True
+    )
     return " ".join(out.stdout.split())
 
 
@@ -150,15 +186,46 @@ def by_type(tasks: list[Any], predicate: Callable[[Any], bool] | None = None) ->
 
 # --- a local server speaking the DeepL v2 and OpenAI chat-completions protocols -------------
 GERMAN = {
-    "good": "guten", "morning": "Morgen", "and": "und", "welcome": "willkommen", "to": "zu",
-    "the": "der", "show": "Sendung", "today": "heute", "we": "wir", "talk": "sprechen",
-    "about": "über", "home": "Heim", "media": "Medien", "clusters": "Cluster", "every": "jede",
-    "machine": "Maschine", "helps": "hilft", "with": "mit", "work": "Arbeit", "thank": "danke",
-    "you": "dir", "for": "fürs", "listening": "Zuhören", "quick": "schnelle", "brown": "braune",
-    "fox": "Fuchs", "jumps": "springt", "over": "über", "lazy": "faulen", "dog": "Hund",
-    "are": "sind", "testing": "testen", "a": "einen", "cluster": "Cluster", "is": "wird",
-    "chunk": "Stück", "transcribed": "transkribiert", "on": "auf", "processor": "Prozessor",
-}  # fmt: skip
+    "good": "guten",
+    "morning": "Morgen",
+    "and": "und",
+    "welcome": "willkommen",
+    "to": "zu",
+    "the": "der",
+    "show": "Sendung",
+    "today": "heute",
+    "we": "wir",
+    "talk": "sprechen",
+    "about": "über",
+    "home": "Heim",
+    "media": "Medien",
+    "clusters": "Cluster",
+    "every": "jede",
+    "machine": "Maschine",
+    "helps": "hilft",
+    "with": "mit",
+    "work": "Arbeit",
+    "thank": "danke",
+    "you": "dir",
+    "for": "fürs",
+    "listening": "Zuhören",
+    "quick": "schnelle",
+    "brown": "braune",
+    "fox": "Fuchs",
+    "jumps": "springt",
+    "over": "über",
+    "lazy": "faulen",
+    "dog": "Hund",
+    "are": "sind",
+    "testing": "testen",
+    "a": "einen",
+    "cluster": "Cluster",
+    "is": "wird",
+    "chunk": "Stück",
+    "transcribed": "transkribiert",
+    "on": "auf",
+    "processor": "Prozessor",
+}
 
 
 def to_german(text: str) -> str:
@@ -188,15 +255,19 @@ class TranslationServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append((self.path, dict(self.headers), body))
                 if self.path == "/v2/translate":
-                    reply: Any = {"translations": [
-                        {"detected_source_language": "EN", "text": to_german(t)}
-                        for t in body["text"]]}  # fmt: skip
+                    reply: Any = {
+                        "translations": [
+                            {"detected_source_language": "EN", "text": to_german(t)}
+                            for t in body["text"]
+                        ]
+                    }
                 else:
                     lines = json.loads(body["messages"][-1]["content"])
                     out = [{"id": x["id"], "text": to_german(x["text"])} for x in lines]
-                    reply = {"choices": [{"message": {"role": "assistant",
-                                                      "content": json.dumps(out)}}],
-                             "usage": {"prompt_tokens": 1, "completion_tokens": 1}}  # fmt: skip
+                    reply = {
+                        "choices": [{"message": {"role": "assistant", "content": json.dumps(out)}}],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+                    }
                 raw = json.dumps(reply).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

@@ -80,10 +80,18 @@ def test_dub_transcribes_translates_speaks_and_burns(
     node: ServedNode, media: tuple[Path, Path], translator: ss.TranslationServer, tmp_path: Path
 ) -> None:
     _, video = media
-    data = run(node, {"template": "dub", "source": str(video), "language": "en",
-                      "params": {"target_lang": "de"}})  # fmt: skip
-    assert data["status"] == "completed", [(t["type"], t["status"], t["error"])
-                                           for t in data["tasks"]]  # fmt: skip
+    data = run(
+        node,
+        {
+            "template": "dub",
+            "source": str(video),
+            "language": "en",
+            "params": {"target_lang": "de"},
+        },
+    )
+    assert data["status"] == "completed", [
+        (t["type"], t["status"], t["error"]) for t in data["tasks"]
+    ]
     merged = one(data, "MERGE_TRANSCRIPTION")["result"]
     translated = one(data, "TRANSLATE_TEXT")
     assert translated["backend"] == "openai-translate-api"
@@ -118,9 +126,14 @@ def test_burn_subtitles_template_over_the_api_rejects_bad_params(
         assert missing.status_code == 422 and "subtitle_path" in missing.text
         srt = tmp_path / "s.srt"
         srt.write_text("1\n00:00:00,500 --> 00:00:02,000\nHi\n")
-        bad = client.post("/api/v1/pipelines", json={"template": "burn_subtitles",
-                          "source": str(video), "params": {"subtitle_path": str(srt),
-                                                            "audio_mode": "loud"}})  # fmt: skip
+        bad = client.post(
+            "/api/v1/pipelines",
+            json={
+                "template": "burn_subtitles",
+                "source": str(video),
+                "params": {"subtitle_path": str(srt), "audio_mode": "loud"},
+            },
+        )
         assert bad.status_code == 422 and "audio_mode" in bad.text
         dub = client.post("/api/v1/pipelines", json={"template": "dub", "source": str(video)})
         assert dub.status_code == 422 and "target_lang" in dub.text

@@ -42,12 +42,18 @@ async def test_two_voices_are_two_speakers_with_turns_at_the_right_times(
     tmp_path: Path, dialogue: tuple[Path, list]
 ) -> None:
     wav, truth = dialogue
-    result = await run(tmp_path, speech.DiarizeAudioExecutor(), "DIARIZE_AUDIO",
-                       {"audio_path": str(wav), "min_speakers": 0, "max_speakers": 0},
-                       backend=speech.DIARIZE_BUILTIN)  # fmt: skip
+    result = await run(
+        tmp_path,
+        speech.DiarizeAudioExecutor(),
+        "DIARIZE_AUDIO",
+        {"audio_path": str(wav), "min_speakers": 0, "max_speakers": 0},
+        backend=speech.DIARIZE_BUILTIN,
+    )
     segments = result["segments"]
-    print("\n" + "\n".join(f"{s['speaker']} {s['start_sec']:6.2f} {s['end_sec']:6.2f}"
-                           for s in segments))  # fmt: skip
+    print(
+        "\n"
+        + "\n".join(f"{s['speaker']} {s['start_sec']:6.2f} {s['end_sec']:6.2f}" for s in segments)
+    )
     assert result["num_speakers"] == 2
     assert len(segments) == len(truth)
     voices = {}
@@ -61,9 +67,13 @@ async def test_two_voices_are_two_speakers_with_turns_at_the_right_times(
 async def test_one_voice_is_one_speaker(tmp_path: Path) -> None:
     wav = tmp_path / "mono.wav"
     ss.timed_speech([("en-us", t) for _, t in DIALOGUE[:3]], wav)
-    result = await run(tmp_path, speech.DiarizeAudioExecutor(), "DIARIZE_AUDIO",
-                       {"audio_path": str(wav), "max_speakers": 4},
-                       backend=speech.DIARIZE_BUILTIN)  # fmt: skip
+    result = await run(
+        tmp_path,
+        speech.DiarizeAudioExecutor(),
+        "DIARIZE_AUDIO",
+        {"audio_path": str(wav), "max_speakers": 4},
+        backend=speech.DIARIZE_BUILTIN,
+    )
     assert result["num_speakers"] == 1
 
 
@@ -78,12 +88,28 @@ async def test_noisereduce_lowers_the_noise_and_keeps_the_speech(
 ) -> None:
     wav, _ = dialogue
     noisy = tmp_path / "noisy.wav"
-    ss.run_ffmpeg("-i", str(wav), "-f", "lavfi", "-i", "anoisesrc=color=white:amplitude=0.03",
-                  "-filter_complex", "[0:a][1:a]amix=inputs=2:duration=first:normalize=0",
-                  "-ar", "16000", "-ac", "1", str(noisy))  # fmt: skip
-    result = await run(tmp_path, speech.EnhanceAudioExecutor(), "ENHANCE_AUDIO",
-                       {"audio_path": str(noisy), "strength": 0.9},
-                       backend=speech.NOISEREDUCE)  # fmt: skip
+    ss.run_ffmpeg(
+        "-i",
+        str(wav),
+        "-f",
+        "lavfi",
+        "-i",
+        "anoisesrc=color=white:amplitude=0.03",
+        "-filter_complex",
+        "[0:a][1:a]amix=inputs=2:duration=first:normalize=0",
+        "-ar",
+        "16000",
+        "-ac",
+        "1",
+        str(noisy),
+    )
+    result = await run(
+        tmp_path,
+        speech.EnhanceAudioExecutor(),
+        "ENHANCE_AUDIO",
+        {"audio_path": str(noisy), "strength": 0.9},
+        backend=speech.NOISEREDUCE,
+    )
     clean = speech_samples(wav)
     voiced = subsync.speech_frames(clean)
     before, after = speech_samples(noisy), speech_samples(Path(result["audio_path"]))
@@ -91,16 +117,22 @@ async def test_noisereduce_lowers_the_noise_and_keeps_the_speech(
     # the contrast between speech and noise floor grows
     noise_drop = level_db(before, 1 - voiced) - level_db(after, 1 - voiced)
     speech_drop = level_db(before, voiced) - level_db(after, voiced)
-    print(f"\nnoise floor -{noise_drop:.1f} dB, speech -{speech_drop:.1f} dB: contrast "
-          f"+{noise_drop - speech_drop:.1f} dB")  # fmt: skip
+    print(
+        f"\nnoise floor -{noise_drop:.1f} dB, speech -{speech_drop:.1f} dB: contrast "
+        f"+{noise_drop - speech_drop:.1f} dB"
+    )
     assert noise_drop > 12 and noise_drop - speech_drop > 6
     assert result["duration_sec"] == pytest.approx(len(clean) / 16000, abs=0.05)
 
 
 async def test_noisereduce_cannot_separate_sources(tmp_path: Path, dialogue: tuple[Path, list]):
     wav, _ = dialogue
-    ctx = make_context(tmp_path, "ENHANCE_AUDIO", {"audio_path": str(wav), "mode": "separate"},
-                       backend=speech.NOISEREDUCE)  # fmt: skip
+    ctx = make_context(
+        tmp_path,
+        "ENHANCE_AUDIO",
+        {"audio_path": str(wav), "mode": "separate"},
+        backend=speech.NOISEREDUCE,
+    )
     with pytest.raises(errors.PermanentError, match="Demucs"):
         await speech.EnhanceAudioExecutor().execute(ctx.task, ctx)
 
@@ -119,13 +151,18 @@ async def test_fingerprints_match_for_the_same_audio_and_differ_otherwise(
     mp3 = tmp_path / "same.mp3"
     ss.run_ffmpeg("-i", str(wav), "-b:a", "96k", str(mp3))
     other = tmp_path / "other.wav"
-    ss.timed_speech([("de", "Ein ganz anderer Text in einer anderen Sprache, bitte sehr.")] * 3,
-                    other)  # fmt: skip
+    ss.timed_speech(
+        [("de", "Ein ganz anderer Text in einer anderen Sprache, bitte sehr.")] * 3, other
+    )
     prints = []
     for path in (wav, mp3, other):
-        result = await run(tmp_path, speech.FingerprintAudioExecutor(), "FINGERPRINT_AUDIO",
-                           {"audio_path": str(path), "duration_sec": 0, "include_raw": True},
-                           backend=speech.CHROMAPRINT)  # fmt: skip
+        result = await run(
+            tmp_path,
+            speech.FingerprintAudioExecutor(),
+            "FINGERPRINT_AUDIO",
+            {"audio_path": str(path), "duration_sec": 0, "include_raw": True},
+            backend=speech.CHROMAPRINT,
+        )
         prints.append(result)
     assert prints[0]["duration_sec"] == pytest.approx(prints[1]["duration_sec"], abs=0.2)
     assert prints[0]["fingerprint"].startswith("AQAA")
@@ -155,8 +192,12 @@ async def test_transcribe_speakers_turns_diarization_into_labelled_chunks(
     node = Node(ss.node_settings(tmp_path, cfg))
     await node.start()
     try:
-        request = PipelineRequest(template="transcribe_speakers", source=str(wav), language="en",
-                                  params={"analyze": False, "max_speakers": 3})  # fmt: skip
+        request = PipelineRequest(
+            template="transcribe_speakers",
+            source=str(wav),
+            language="en",
+            params={"analyze": False, "max_speakers": 3},
+        )
         pipeline, _ = await node.create_pipeline(request)
         done = await ss.wait_done(node, pipeline.id, timeout=120)
         tasks = await ss.tasks_of(node, pipeline.id)
@@ -165,8 +206,9 @@ async def test_transcribe_speakers_turns_diarization_into_labelled_chunks(
     assert done.status.value == "completed", [(t.type, t.error) for t in tasks]
     assert not [t for t in tasks if t.type == "SPLIT_AUDIO"]
     diarize = next(t for t in tasks if t.type == "DIARIZE_AUDIO")
-    chunks = sorted((t for t in tasks if t.type == "TRANSCRIBE_CHUNK"),
-                    key=lambda t: t.payload["chunk_index"])  # fmt: skip
+    chunks = sorted(
+        (t for t in tasks if t.type == "TRANSCRIBE_CHUNK"), key=lambda t: t.payload["chunk_index"]
+    )
     assert len(chunks) == len(truth) == len(diarize.result["segments"])
     assert all(list(t.depends_on) == [diarize.id] for t in chunks)
     speakers = [t.payload["speaker_id"] for t in chunks]

@@ -54,8 +54,9 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
 
 
 async def burn(node: Node, video: Path, srt: Path, **params: object) -> tuple[object, dict]:
-    request = PipelineRequest(template="burn_subtitles", source=str(video),
-                              params={"subtitle_path": str(srt), **params})  # fmt: skip
+    request = PipelineRequest(
+        template="burn_subtitles", source=str(video), params={"subtitle_path": str(srt), **params}
+    )
     pipeline, _ = await node.create_pipeline(request)
     done = await ss.wait_done(node, pipeline.id)
     tasks = await ss.tasks_of(node, pipeline.id)
@@ -100,8 +101,9 @@ async def test_case_b_hard_subtitles_with_original_audio_skips_the_burn(
 async def test_case_c_hard_subtitles_with_dubbed_audio_blurs_then_burns(
     node: Node, media: dict[str, Path], tmp_path: Path
 ) -> None:
-    done, tasks = await burn(node, media["hardsub"], media["srt"], audio_mode="dubbed",
-                             audio_path=str(media["dub"]))  # fmt: skip
+    done, tasks = await burn(
+        node, media["hardsub"], media["srt"], audio_mode="dubbed", audio_path=str(media["dub"])
+    )
     assert done.status is PipelineStatus.COMPLETED
     detect = tasks["DETECT_HARDCODED_SUBTITLE"]
     blur, burned = tasks["BLUR_SUBTITLE_REGION"], tasks["BURN_SUBTITLE"]

@@ -31,11 +31,13 @@ async def test_translation_of_an_srt_keeps_every_cue_time(tmp_path: Path, backen
     source.write_text(sf.write_srt(ENGLISH))
     with ss.TranslationServer() as server:
         endpoint = server.url if backend == "deepl-api" else f"{server.url}/v1"
-        ctx = make_context(tmp_path, "TRANSLATE_TEXT",
-                           {"srt_path": str(source), "source_lang": "en", "target_lang": "de"},
-                           backend=backend,
-                           backend_config={"api_key": "k-test", "endpoint": endpoint,
-                                           "model": "translator"})  # fmt: skip
+        ctx = make_context(
+            tmp_path,
+            "TRANSLATE_TEXT",
+            {"srt_path": str(source), "source_lang": "en", "target_lang": "de"},
+            backend=backend,
+            backend_config={"api_key": "k-test", "endpoint": endpoint, "model": "translator"},
+        )
         result = (await translate.TranslateTextExecutor().execute(ctx.task, ctx)).result_json
     assert result is not None and result["backend"] == backend
     out = sf.parse(Path(result["srt_path"]).read_text())
@@ -61,8 +63,9 @@ async def test_tts_follows_the_subtitle_timeline(tmp_path: Path) -> None:
     ss.require("espeak-ng")
     source = tmp_path / "talk.srt"
     source.write_text(sf.write_srt(ENGLISH))
-    ctx = make_context(tmp_path, "GENERATE_TTS", {"srt_path": str(source), "language": "en"},
-                       backend=tts.ESPEAK)  # fmt: skip
+    ctx = make_context(
+        tmp_path, "GENERATE_TTS", {"srt_path": str(source), "language": "en"}, backend=tts.ESPEAK
+    )
     result = (await tts.GenerateTtsExecutor().execute(ctx.task, ctx)).result_json
     assert result is not None
     timeline = ENGLISH[-1].end

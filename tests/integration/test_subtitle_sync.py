@@ -36,9 +36,12 @@ async def test_recovers_a_known_offset(tmp_path: Path, speech: tuple[Path, list]
     wav, truth = speech
     late = tmp_path / "late.srt"
     late.write_text(ss.srt_of(truth, offset=2.5))  # the file lags the speech by 2.5 s
-    ctx = make_context(tmp_path, "SYNC_SUBTITLE",
-                       {"audio_path": str(wav), "subtitle_path": str(late), "max_offset_sec": 10},
-                       backend=subsync.BUILTIN)  # fmt: skip
+    ctx = make_context(
+        tmp_path,
+        "SYNC_SUBTITLE",
+        {"audio_path": str(wav), "subtitle_path": str(late), "max_offset_sec": 10},
+        backend=subsync.BUILTIN,
+    )
     result = (await subsync.SyncSubtitleExecutor().execute(ctx.task, ctx)).result_json
     assert result is not None
     print(f"\nrecovered offset {result['offset_sec']:+.3f}s (true -2.5), score {result['score']}")
@@ -55,8 +58,11 @@ async def test_an_offset_beyond_the_limit_is_permanent_with_a_diagnosis(
     wav, truth = speech
     early = tmp_path / "early.vtt"
     early.write_text(sf.write_vtt(sf.shift([sf.Cue(s, e, t) for s, e, _, t in truth], -1.4)))
-    ctx = make_context(tmp_path, "SYNC_SUBTITLE",
-                       {"audio_path": str(wav), "subtitle_path": str(early), "max_offset_sec": 1},
-                       backend=subsync.BUILTIN)  # fmt: skip
+    ctx = make_context(
+        tmp_path,
+        "SYNC_SUBTITLE",
+        {"audio_path": str(wav), "subtitle_path": str(early), "max_offset_sec": 1},
+        backend=subsync.BUILTIN,
+    )
     with pytest.raises(errors.PermanentError, match=r"\+1\.[3-5]\ds.*max_offset_sec 1"):
         await subsync.SyncSubtitleExecutor().execute(ctx.task, ctx)
