@@ -88,6 +88,7 @@ async def test_case_b_hard_subtitles_with_original_audio_skips_the_burn(
     detect, burned = tasks["DETECT_HARDCODED_SUBTITLE"], tasks["BURN_SUBTITLE"]
     assert detect.result["has_subtitle"] is True
     region = detect.result["region"]
+    print(f"\ncase B: region {region}, confidence {detect.result['confidence']}")
     assert 0.75 < region["y_top_pct"] < 0.86 < 0.92 < region["y_bottom_pct"] <= 1.0
     assert burned.status is S.SKIPPED and burned.attempt == 0  # never claimed: the owner wrote it
     events = await node.db.call(node.store.task_events, burned.id)

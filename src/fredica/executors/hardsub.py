@@ -14,6 +14,7 @@ band holding it is the region.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
@@ -37,6 +38,11 @@ PROMPT = (
 OCR_CONFIDENCE = 0.7  # seed: text in the lower region with confidence > 0.7
 OCR_FROM = 0.55  # subtitles are looked for below this fraction of the height
 MIN_WORD_CHARS = 2
+OCR_PARALLEL = 2
+OCR_LOOKS = (
+    ("white", "format=gray,lutyuv=y='if(gte(val,220),0,255)'"),
+    ("grey", "format=gray"),
+)
 TESSERACT_HINT = "install tesseract (Debian: apt-get install tesseract-ocr)"
 _JSON = re.compile(r"\{.*\}", re.DOTALL)
 
@@ -82,25 +88,46 @@ def parse_tsv(tsv: str, offset_px: float, scale: float, height: float) -> list[d
 
 
 async def ocr_frame(ctx: TaskContext, frame: Path, height: int, lang: str) -> list[dict[str, Any]]:
-    """Confident words in the lower part of one frame (cropped, enlarged, grey)."""
-    crop = frame.with_name(frame.stem + "_low.png")
-    offset = int(height * OCR_FROM)
-    await ffmpeg.run(
-        ctx,
-        [
-            "-i",
-            str(frame),
-            "-vf",
-            f"crop=iw:ih-{offset}:0:{offset},scale=iw*2:ih*2,format=gray",
-            str(crop),
-        ],
-        what=f"preparing {frame.name} for OCR",
-    )
+    """Confident words in the lower part of one frame: first with only near-white pixels kept
+    as black-on-white text (the usual subtitle colour, clean of the picture behind), then, when
+    that finds nothing, the plain grey picture (other colours)."""
     exe = shutil.which("tesseract")
     if exe is None:
         raise errors.PermanentError(f"no vision LLM and no OCR for the fallback: {TESSERACT_HINT}")
-    result = await ctx.run_process([exe, str(crop), "-", "-l", lang, "--psm", "11", "tsv"])
-    return parse_tsv(result.stdout, offset, 2.0, height)
+    offset = int(height * OCR_FROM)
+    words: list[dict[str, Any]] = []
+    for name, look in OCR_LOOKS:
+        crop = frame.with_name(f"{frame.stem}_{name}.png")
+        await ffmpeg.run(
+            ctx,
+            ["-i", str(frame), "-vf", f"crop=iw:ih-{offset}:0:{offset},scale=iw*2:ih*2,{look}",
+             str(crop)],
+            what=f"preparing {frame.name} for OCR",
+        )  # fmt: skip
+        result = await ctx.run_process([exe, str(crop), "-", "-l", lang, "--psm", "11", "tsv"])
+        words = parse_tsv(result.stdout, offset, 2.0, height)
+        if words:
+            break
+    return words
+
+
+async def ocr_frames(
+    ctx: TaskContext, frames: list[Path], height: int, lang: str
+) -> list[list[dict[str, Any]]]:
+    """OCR of every frame, two at a time."""
+    gate = asyncio.Semaphore(OCR_PARALLEL)
+    done = 0
+
+    async def one(frame: Path) -> list[dict[str, Any]]:
+        nonlocal done
+        async with gate:
+            await ctx.checkpoint()
+            words = await ocr_frame(ctx, frame, height, lang)
+        done += 1
+        ctx.progress(40 + 55 * done / len(frames), f"OCR {done}/{len(frames)}")
+        return words
+
+    return list(await asyncio.gather(*(one(f) for f in frames)))
 
 
 def ocr_verdict(per_frame: list[list[dict[str, Any]]], min_frames: int) -> dict[str, Any]:
@@ -232,12 +259,7 @@ class DetectHardcodedSubtitleExecutor(TaskExecutor):
             min_frames = int(
                 outputs.payload_number(payload, "min_text_frames", 2, low=1, high=count)
             )
-            per_frame = []
-            for i, frame in enumerate(frames):
-                await ctx.checkpoint()
-                per_frame.append(await ocr_frame(ctx, frame, height, lang))
-                ctx.progress(40 + 55 * (i + 1) / len(frames), f"OCR {i + 1}/{len(frames)}")
-            result = ocr_verdict(per_frame, min_frames)
+            result = ocr_verdict(await ocr_frames(ctx, frames, height, lang), min_frames)
             result["detection_method"] = "ocr_fallback"
         region = result.get("region") or {}
         result.update(
