@@ -52,6 +52,24 @@ async def test_recovers_a_known_offset(tmp_path: Path, speech: tuple[Path, list]
         assert cue.start == pytest.approx(start, abs=0.2) and cue.end == pytest.approx(end, abs=0.2)
 
 
+async def test_ffsubsync_backend_recovers_the_offset(
+    tmp_path: Path, speech: tuple[Path, list]
+) -> None:
+    wav, truth = speech
+    late = tmp_path / "late.srt"
+    late.write_text(ss.srt_of(truth, offset=2.5))
+    ctx = make_context(
+        tmp_path,
+        "SYNC_SUBTITLE",
+        {"audio_path": str(wav), "subtitle_path": str(late), "max_offset_sec": 10},
+        backend=subsync.FFSUBSYNC,
+    )
+    result = (await subsync.SyncSubtitleExecutor().execute(ctx.task, ctx)).result_json
+    assert result is not None and result["backend"] == "ffsubsync"
+    print(f"\nffsubsync offset {result['offset_sec']:+.3f}s (true -2.5)")
+    assert result["offset_sec"] == pytest.approx(-2.5, abs=0.2)
+
+
 async def test_an_offset_beyond_the_limit_is_permanent_with_a_diagnosis(
     tmp_path: Path, speech: tuple[Path, list]
 ) -> None:

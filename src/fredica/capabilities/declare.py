@@ -123,7 +123,7 @@ RUNNABLE: dict[F, frozenset[str]] = {
     F.SPEECH_ENHANCE: frozenset({"noisereduce"}),
     F.SPEAKER_DIARIZE: frozenset({"builtin-mfcc-cluster"}),
     F.EMOTION_DETECT: frozenset(),
-    F.SUBTITLE_SYNC: frozenset({"builtin-vad-xcorr", "alass", "ffsubsync"}),
+    F.SUBTITLE_SYNC: frozenset({"builtin-vad-xcorr", "ffsubsync"}),
     F.AUDIO_FINGERPRINT: frozenset({"chromaprint", "acoustid-api"}),
 }
 NOT_RUNNABLE_REASON = "fredica has no executor for this backend yet"

@@ -6,16 +6,16 @@ Backends, as the node chose:
   quiet floor and the loud end of the frame energies); the subtitle cues give a second on/off
   signal; the offset is the lag that maximises the cross-correlation of the two (computed with
   an FFT over the whole file). A constant offset only: no frame-rate stretch.
-- `alass` and `ffsubsync`: their command-line tools, when installed (`alass <video> <in> <out>`,
-  `ffsubsync <video> -i <in> -o <out>`); the offset is read back from the cue starts.
+- `ffsubsync` (installed with fredica): its command line with this node's ffmpeg; the offset is
+  read back from the cue starts (its frame-rate correction is kept in the file).
 An offset beyond `max_offset_sec` fails PERMANENT with the diagnosis (the best lag found and its
 score), so a person can look at the file.
 """
 
 from __future__ import annotations
 
-import shutil
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from fredica.executors.context import TaskContext
 
 SYNC_SUBTITLE = "SYNC_SUBTITLE"
 BUILTIN = "builtin-vad-xcorr"
+FFSUBSYNC = "ffsubsync"
 RATE = 16_000
 HOP = 0.01  # seconds per analysis frame
 FLOOR_PCT, PEAK_PCT, THRESHOLD_SHARE = 10, 95, 0.35
@@ -110,8 +111,8 @@ class SyncSubtitleExecutor(TaskExecutor):
         if backend == BUILTIN:
             offset, score = await self._builtin(ctx, media, cues, max_offset)
             synced = sf.shift(cues, offset)
-        elif backend in ("alass", "ffsubsync"):
-            synced = await self._tool(ctx, backend, media, source, target.parent)
+        elif backend == FFSUBSYNC:
+            synced = await self._ffsubsync(ctx, media, source, max_offset)
             offset = statistics.median(
                 b.start - a.start for a, b in zip(cues, synced, strict=False)
             )
@@ -174,19 +175,22 @@ class SyncSubtitleExecutor(TaskExecutor):
             )
         return offset, score
 
-    async def _tool(
-        self, ctx: TaskContext, name: str, media: Path, source: Path, workdir: Path
+    async def _ffsubsync(
+        self, ctx: TaskContext, media: Path, source: Path, max_offset: float
     ) -> list[sf.Cue]:
-        exe = shutil.which(name) or (shutil.which("alass-cli") if name == "alass" else None)
-        configured = ctx.backend_config.get("alass_path") if name == "alass" else None
-        exe = configured or exe
-        if not exe:
-            raise errors.PermanentError(f"{name} is not installed on this node")
-        out = workdir / f".{source.stem}.{name}{source.suffix}"
-        argv = [exe, str(media), str(source), str(out)]
-        if name == "ffsubsync":
-            argv = [exe, str(media), "-i", str(source), "-o", str(out)]
-        ctx.event("tool", f"{name} {exe}")
+        """ffsubsync's command line (VAD + alignment), with this node's ffmpeg."""
+        work = ctx.output_dir
+        out = work / f".{source.stem}.ffsubsync{source.suffix}"
+        exe = ffmpeg.executable(ctx.backend_config)
+        bin_dir = work / "ffmpeg-bin"  # ffsubsync wants a directory holding `ffmpeg`
+        bin_dir.mkdir(exist_ok=True)
+        link = bin_dir / "ffmpeg"
+        if not link.exists():
+            link.symlink_to(exe)
+        argv = [sys.executable, "-m", "ffsubsync.ffsubsync", str(media), "-i", str(source),
+                "-o", str(out), "--ffmpeg-path", str(bin_dir),
+                "--max-offset-seconds", f"{2 * max_offset:g}"]  # fmt: skip
+        ctx.event("tool", f"ffsubsync (ffmpeg {exe})")
         try:
             await ctx.run_process(argv)
             synced, _ = subtitles.read_cues(out)
