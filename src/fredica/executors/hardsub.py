@@ -14,9 +14,9 @@ band holding it is the region.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -38,7 +38,8 @@ PROMPT = (
 OCR_CONFIDENCE = 0.7  # seed: text in the lower region with confidence > 0.7
 OCR_FROM = 0.55  # subtitles are looked for below this fraction of the height
 MIN_WORD_CHARS = 2
-OCR_PARALLEL = 2
+# tesseract's OpenMP threads only fight each other on small crops like these
+OCR_ENV = {**os.environ, "OMP_THREAD_LIMIT": "1"}
 OCR_LOOKS = (
     ("white", "format=gray,lutyuv=y='if(gte(val,220),0,255)'"),
     ("grey", "format=gray"),
@@ -54,28 +55,31 @@ def sample_times(duration: float, count: int, skip: float) -> list[float]:
 
 
 async def grab_frames(ctx: TaskContext, video: Path, times: list[float], out: Path) -> list[Path]:
-    frames = []
-    for i, t in enumerate(times):
-        frame = out / f"frame_{i:02d}.png"
-        await ffmpeg.run(
-            ctx,
-            ["-ss", f"{t:.3f}", "-i", str(video), "-frames:v", "1", str(frame)],
-            what=f"sampling a frame at {t:.1f}s of {video.name}",
-        )
+    """One PNG per instant, all from one ffmpeg run (an input per instant, seeking fast)."""
+    args: list[str] = []
+    for t in times:
+        args += ["-ss", f"{t:.3f}", "-i", str(video)]
+    frames = [out / f"frame_{i:02d}.png" for i in range(len(times))]
+    for i, frame in enumerate(frames):
+        args += ["-map", f"{i}:v:0", "-frames:v", "1", str(frame)]
+    await ffmpeg.run(ctx, args, what=f"sampling {len(times)} frames of {video.name}")
+    for t, frame in zip(times, frames, strict=True):
         if not frame.is_file():
             raise errors.PermanentError(f"no frame at {t:.1f}s of {video}")
-        frames.append(frame)
-        ctx.progress(5 + 35 * (i + 1) / len(times), f"frame {i + 1}/{len(times)}")
+    ctx.progress(30, f"{len(frames)} frames sampled")
     return frames
 
 
 # --- OCR fallback --------------------------------------------------------------------------
-def parse_tsv(tsv: str, offset_px: float, scale: float, height: float) -> list[dict[str, Any]]:
-    """Confident words of tesseract TSV output, with their rows as fractions of the frame."""
-    words = []
-    for line in tsv.splitlines()[1:]:
+def parse_tsv(
+    tsv: str, offset_px: float, scale: float, height: float
+) -> dict[int, list[dict[str, Any]]]:
+    """Confident words of tesseract TSV output by page (1-based, one page per listed image),
+    with their rows as fractions of the frame."""
+    pages: dict[int, list[dict[str, Any]]] = {}
+    for line in tsv.splitlines():
         cols = line.split("\t")
-        if len(cols) < 12 or not cols[11].strip():
+        if len(cols) < 12 or not cols[11].strip() or not cols[1].isdigit():
             continue
         conf = float(cols[10]) / 100
         text = cols[11].strip()
@@ -83,51 +87,57 @@ def parse_tsv(tsv: str, offset_px: float, scale: float, height: float) -> list[d
             continue
         top = (offset_px + int(cols[7]) / scale) / height
         bottom = (offset_px + (int(cols[7]) + int(cols[9])) / scale) / height
-        words.append({"text": text, "confidence": round(conf, 3), "top": top, "bottom": bottom})
-    return words
+        word = {"text": text, "confidence": round(conf, 3), "top": top, "bottom": bottom}
+        pages.setdefault(int(cols[1]), []).append(word)
+    return pages
 
 
-async def ocr_frame(ctx: TaskContext, frame: Path, height: int, lang: str) -> list[dict[str, Any]]:
-    """Confident words in the lower part of one frame: first with only near-white pixels kept
-    as black-on-white text (the usual subtitle colour, clean of the picture behind), then, when
-    that finds nothing, the plain grey picture (other colours)."""
-    exe = shutil.which("tesseract")
-    if exe is None:
-        raise errors.PermanentError(f"no vision LLM and no OCR for the fallback: {TESSERACT_HINT}")
+async def prepare_crops(ctx: TaskContext, frames: list[Path], height: int) -> list[list[Path]]:
+    """For every frame, its lower part enlarged 2x in each of OCR_LOOKS (one ffmpeg run): first
+    only near-white pixels kept, as dark text on white (the usual subtitle colour, clean of the
+    picture behind), then the plain grey picture (other colours)."""
     offset = int(height * OCR_FROM)
-    words: list[dict[str, Any]] = []
-    for name, look in OCR_LOOKS:
-        crop = frame.with_name(f"{frame.stem}_{name}.png")
-        await ffmpeg.run(
-            ctx,
-            ["-i", str(frame), "-vf", f"crop=iw:ih-{offset}:0:{offset},scale=iw*2:ih*2,{look}",
-             str(crop)],
-            what=f"preparing {frame.name} for OCR",
-        )  # fmt: skip
-        result = await ctx.run_process([exe, str(crop), "-", "-l", lang, "--psm", "11", "tsv"])
-        words = parse_tsv(result.stdout, offset, 2.0, height)
-        if words:
-            break
-    return words
+    args: list[str] = []
+    for frame in frames:
+        args += ["-i", str(frame)]
+    crops: list[list[Path]] = []
+    for i, frame in enumerate(frames):
+        crops.append([])
+        for name, look in OCR_LOOKS:
+            crop = frame.with_name(f"{frame.stem}_{name}.png")
+            vf = f"crop=iw:ih-{offset}:0:{offset},scale=iw*2:ih*2,{look}"
+            args += ["-map", f"{i}:v:0", "-vf", vf, "-frames:v", "1", str(crop)]
+            crops[-1].append(crop)
+    await ffmpeg.run(ctx, args, what="preparing the frames for OCR")
+    return crops
 
 
 async def ocr_frames(
     ctx: TaskContext, frames: list[Path], height: int, lang: str
 ) -> list[list[dict[str, Any]]]:
-    """OCR of every frame, two at a time."""
-    gate = asyncio.Semaphore(OCR_PARALLEL)
-    done = 0
-
-    async def one(frame: Path) -> list[dict[str, Any]]:
-        nonlocal done
-        async with gate:
-            await ctx.checkpoint()
-            words = await ocr_frame(ctx, frame, height, lang)
-        done += 1
-        ctx.progress(40 + 55 * done / len(frames), f"OCR {done}/{len(frames)}")
-        return words
-
-    return list(await asyncio.gather(*(one(f) for f in frames)))
+    """Confident words of every frame: one tesseract run per look over all the frames still
+    without words (the model loads once per run)."""
+    exe = shutil.which("tesseract")
+    if exe is None:
+        raise errors.PermanentError(f"no vision LLM and no OCR for the fallback: {TESSERACT_HINT}")
+    crops = await prepare_crops(ctx, frames, height)
+    offset = int(height * OCR_FROM)
+    found: list[list[dict[str, Any]]] = [[] for _ in frames]
+    for look, _ in enumerate(OCR_LOOKS):
+        todo = [i for i, words in enumerate(found) if not words]
+        if not todo:
+            break
+        await ctx.checkpoint()
+        listing = ctx.output_dir / f"ocr_{look}.txt"
+        listing.write_text("".join(f"{crops[i][look]}\n" for i in todo), encoding="utf-8")
+        result = await ctx.run_process(
+            [exe, str(listing), "-", "-l", lang, "--psm", "11", "tsv"], env=OCR_ENV
+        )
+        pages = parse_tsv(result.stdout, offset, 2.0, height)
+        for page, i in enumerate(todo, 1):
+            found[i] = pages.get(page, [])
+        ctx.progress(40 + 55 * (look + 1) / len(OCR_LOOKS), f"OCR pass {look + 1}")
+    return found
 
 
 def ocr_verdict(per_frame: list[list[dict[str, Any]]], min_frames: int) -> dict[str, Any]:
