@@ -109,6 +109,11 @@ def test_dub_transcribes_translates_speaks_and_burns(
     assert burn["payload"]["audio_path"] == speech["result"]["audio_path"]
     assert burn["payload"]["subtitle_path"] == translated["result"]["srt_path"]
     out = Path(burn["result"]["video_path"])
+    with node.client() as client:  # the results are reachable through the files API
+        listed = client.get(f"/api/v1/tasks/{burn['id']}/files").json()["files"]
+        assert [f["name"] for f in listed] == [out.name]
+        video = client.get(listed[0]["url"])
+        assert video.status_code == 200 and len(video.content) == out.stat().st_size
     first = german[0]
     text = ss.ocr_text(out, (first.start + first.end) / 2, tmp_path)
     words = set(re.findall(r"\w+", text.lower()))

@@ -196,4 +196,6 @@ class SyncSubtitleExecutor(TaskExecutor):
             synced, _ = subtitles.read_cues(out)
         finally:
             out.unlink(missing_ok=True)
+            link.unlink(missing_ok=True)
+            bin_dir.rmdir()
         return synced

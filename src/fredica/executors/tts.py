@@ -217,7 +217,7 @@ class GenerateTtsExecutor(TaskExecutor):
             with subtitles.temp_output(target, "." + fmt) as out:
                 await ffmpeg.run(ctx, ["-i", str(tmp), str(out)], what=f"encoding {fmt}")
             tmp.unlink(missing_ok=True)
-        for part in work.glob("cue*.wav"):
+        for part in [*work.glob("cue*.wav"), work / "text.wav"]:
             part.unlink(missing_ok=True)
         result = {"audio_path": str(target), "duration_sec": round(len(samples) / RATE, 3),
                   "sample_rate": RATE, "format": fmt, "backend": backend, "voice": synth.voice,

@@ -107,15 +107,12 @@ class DubTemplate(_Speaking):
         except errors.TaskError as exc:
             raise errors.InvalidRequest(f"params: {exc.message}") from exc
         refs = base.params["refs"]
-        out_dir = f"dubbed/{outputs.safe_name(base.material_id)}"
         language = base.params.get("language", "auto")
         tr = _task(TRANSLATE, {"srt_path": None, "source_lang": language, "target_lang": target,
-                               "style": own.get("style", "subtitle"),
-                               "output_path": f"{out_dir}/subtitles.{target}.srt"},
+                               "style": own.get("style", "subtitle")},
                    (refs["merge"],))  # fmt: skip
         speech = _task(TTS, {"srt_path": None, "language": target,
-                             "voice": own.get("voice", "default"), "speed": own.get("speed", 1.0),
-                             "output_path": f"{out_dir}/speech.{target}.wav"},
+                             "voice": own.get("voice", "default"), "speed": own.get("speed", 1.0)},
                        (str(tr.id),))  # fmt: skip
         tasks = [tr, speech]
         if own.get("burn", True):
@@ -123,10 +120,10 @@ class DubTemplate(_Speaking):
             if video is None:
                 raise errors.InvalidRequest("params.burn needs a local video as source")
             routing.validate_params({k: v for k, v in own.items() if k in routing.PARAMS})
-            detect, burn = routing.burn_tasks(own, str(video), None, None, out_dir, ctx.node_id)
+            detect, burn = routing.burn_tasks(own, str(video), None, None, ctx.node_id)
             burn = dataclasses.replace(burn, depends_on=(*burn.depends_on, str(speech.id)))
             tasks += [detect, burn]
-        return self._extend(base, tasks, {**own, "audio_mode": "dubbed", "out_dir": out_dir})
+        return self._extend(base, tasks, {**own, "audio_mode": "dubbed"})
 
     def on_task_completed(self, done: SpawnInput) -> SpawnPlan | None:
         task, result = done.task, done.task.result or {}
@@ -160,10 +157,8 @@ class SummaryAudioTemplate(_Speaking):
     def build(self, request: PipelineRequest, ctx: BuildContext) -> models.NewPipeline:
         base, own = self._base(request, ctx)
         refs = base.params["refs"]
-        out_dir = f"summary_audio/{outputs.safe_name(base.material_id)}"
         speech = _task(TTS, {"text": None, "language": own.get("summary_language"),
-                             "voice": own.get("voice", "default"), "speed": own.get("speed", 1.0),
-                             "output_path": f"{out_dir}/summary.wav"},
+                             "voice": own.get("voice", "default"), "speed": own.get("speed", 1.0)},
                        (refs["analyze"],))  # fmt: skip
         return self._extend(base, [speech], own)
 

@@ -67,7 +67,6 @@ def burn_tasks(
     video: str | None,
     subtitle: str | None,
     audio: str | None,
-    out_dir: str,
     node_id: str,
     deps: tuple[str, ...] = (),
 ) -> tuple[models.NewTask, models.NewTask]:
@@ -96,7 +95,8 @@ def burn_tasks(
             "video_path": video,
             "subtitle_path": subtitle,
             "audio_path": audio,
-            "output_path": params.get("output_path") or f"{out_dir}/subtitled.mp4",
+            # by default in the task's result directory, which the files API serves
+            "output_path": params.get("output_path"),
             **style,
         },
         depends_on=(*deps, detect_id),
@@ -145,7 +145,6 @@ def route_plan(done: SpawnInput) -> SpawnPlan | None:
             "y_bottom_pct": region.get("y_bottom_pct", 0.96),
             "blur_method": params.get("blur_method", "gaussian"),
             "blur_strength": params.get("blur_strength", 30),
-            "output_path": f"{params.get('out_dir', 'subtitled')}/blurred.mp4",
         },
         depends_on=(task.id,),
         max_retries=1,
@@ -205,14 +204,13 @@ class BurnSubtitlesTemplate(Template):
         mode = params.get("audio_mode", "original")
         digest = hashlib.sha256(f"{video}|{subtitle}|{mode}|{audio}".encode()).hexdigest()[:16]
         material = request.material_id or f"burn-{digest}"
-        out_dir = f"subtitled/{outputs.safe_name(material)}"
-        detect, burn = burn_tasks(params, str(video), str(subtitle), audio, out_dir, ctx.node_id)
+        detect, burn = burn_tasks(params, str(video), str(subtitle), audio, ctx.node_id)
         tasks = tuple(_with_request(t, request, ctx.publisher_id) for t in (detect, burn))
         return models.NewPipeline(
             template=self.name,
             material_id=material,
             tasks=tasks,
-            params={**params, "audio_mode": mode, "source": str(video), "out_dir": out_dir},
+            params={**params, "audio_mode": mode, "source": str(video)},
             publisher_id=ctx.publisher_id,
         )
 
