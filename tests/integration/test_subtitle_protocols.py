@@ -210,3 +210,41 @@ async def test_acoustid_lookup_protocol(tmp_path: Path, serve: Callable[[Reply],
     form = parse_qs(body.decode())
     assert path == "/v2/lookup" and form["client"] == ["client-key"]
     assert form["fingerprint"] == [result["fingerprint"]] and form["meta"] == ["recordings"]
+
+
+async def test_a_model_without_vision_falls_back_to_ocr(
+    tmp_path: Path, serve: Callable[[Reply], Server]
+) -> None:
+    ss.require("tesseract")
+    refusal = {"error": {"message": "this model does not support image input"}}
+    server = serve(lambda p, h, b: (400, "application/json", json.dumps(refusal).encode()))
+    video = ss.make_video(tmp_path / "v.mp4", seconds=2, text="SOME BURNED WORDS")
+    ctx = make_context(
+        tmp_path,
+        "DETECT_HARDCODED_SUBTITLE",
+        {"video_path": str(video), "sample_frames": 4},
+        backend="openai-compatible",
+        backend_config={"endpoint": f"{server.url}/v1", "model": "text-only"},
+    )
+    result = (await hardsub.DetectHardcodedSubtitleExecutor().execute(ctx.task, ctx)).result_json
+    assert result is not None and len(server.seen) == 1
+    assert result["detection_method"] == "ocr_fallback" and result["has_subtitle"] is True
+    assert "image input" in result["vision_error"]
+
+
+def test_vision_false_is_a_provider_setting() -> None:
+    from fredica.config import schema as config
+
+    cfg = config.parse_config(
+        {
+            "capabilities": {
+                "ai_analyze": {
+                    "providers": [
+                        {"backend": "openai-compatible", "endpoint": "http://x/v1", "vision": False}
+                    ]
+                }
+            }
+        },
+        "t",
+    )
+    assert cfg.capabilities.ai_analyze.providers[0].vision is False

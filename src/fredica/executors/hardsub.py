@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import re
 import shutil
@@ -26,6 +27,8 @@ from fredica.domain import errors, models
 from fredica.executors import analyze, ffmpeg, httperrors, outputs, subtitles
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
+
+logger = logging.getLogger(__name__)
 
 DETECT_HARDCODED_SUBTITLE = "DETECT_HARDCODED_SUBTITLE"
 PROMPT = (
@@ -259,18 +262,30 @@ class DetectHardcodedSubtitleExecutor(TaskExecutor):
         times = sample_times(info.duration_sec, count, skip)
         frames = await grab_frames(ctx, video, times, ctx.output_dir)
         backend = analyze.choose_backend(ctx)
+        result: dict[str, Any] | None = None
+        vision_error = None
         if has_vision(ctx, backend):
             ctx.event("tool", f"{backend} vision")
-            result = await ask_vision(ctx, backend, frames)
-            result["detection_method"] = "vision_llm"
-        else:
+            try:
+                result = await ask_vision(ctx, backend, frames)
+                result["detection_method"] = "vision_llm"
+            except errors.PermanentError as exc:  # e.g. a model that takes no images
+                logger.warning(
+                    "vision detection failed, using OCR: %s",
+                    exc.message,
+                    extra={"action": "hardsub_vision_fallback"},
+                )
+                vision_error = exc.message
+        if result is None:
             ctx.event("tool", "tesseract (OCR fallback)")
-            lang = str(payload.get("ocr_lang") or ctx.backend_config.get("ocr_lang") or "eng")
+            lang = str(payload.get("ocr_lang") or "eng")
             min_frames = int(
                 outputs.payload_number(payload, "min_text_frames", 2, low=1, high=count)
             )
             result = ocr_verdict(await ocr_frames(ctx, frames, height, lang), min_frames)
             result["detection_method"] = "ocr_fallback"
+            if vision_error:
+                result["vision_error"] = vision_error
         region = result.get("region") or {}
         result.update(
             {
