@@ -11,7 +11,8 @@ BLUR_SUBTITLE_REGION (SYNC_SUBTITLE lives in `subsync.py`).
 - BLUR_SUBTITLE_REGION: hide the band y_top_pct..y_bottom_pct of the picture (gaussian,
   pixelate or solid_fill), where DETECT_HARDCODED_SUBTITLE found burned-in text.
 The video encoder follows the FFMPEG backend the node chose (libx264 on ffmpeg-cpu, h264_nvenc
-on ffmpeg-nvenc, ...), so what is recorded is what ran.
+on ffmpeg-nvenc, h264_videotoolbox, h264_vaapi after uploading the filtered frames), so what is
+recorded is what ran; the GPU encoders are not exercised by the tests here (no GPU).
 """
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ _CODECS = {
 _ENCODERS = {
     "ffmpeg-nvenc": ["-c:v", "h264_nvenc", "-preset", "p4", "-cq", "23"],
     "ffmpeg-videotoolbox": ["-c:v", "h264_videotoolbox", "-q:v", "60"],
+    "ffmpeg-vaapi": ["-c:v", "h264_vaapi", "-qp", "23"],
 }
+VAAPI = "ffmpeg-vaapi"
+RENDER_NODE = "/dev/dri/renderD128"
 CPU_ENCODER = ["-c:v", "libx264", "-preset", "veryfast", "-crf", "20"]
 
 
@@ -117,22 +121,30 @@ async def encode(
     ctx: TaskContext,
     source: Path,
     target: Path,
-    vfilter: list[str],
+    graph: str,
     *,
     what: str,
     duration: float | None,
     audio: Path | None = None,
-    vmap: str = "0:v:0",
 ) -> None:
-    """Re-encode `source` through `vfilter` into `target` (temp name, then rename)."""
-    args = ["-i", str(source)]
+    """Re-encode `source` through the filter `graph` (input [0:v], output [v]) into `target`
+    (temp name, then rename), with the encoder of the chosen FFMPEG backend."""
+    args: list[str] = []
+    vmap = "[v]"
+    if ctx.backend == VAAPI:  # frames go to the GPU after the CPU filters
+        args += ["-vaapi_device", str(ctx.backend_config.get("vaapi_device") or RENDER_NODE)]
+        graph += ";[v]format=nv12,hwupload[vhw]"
+        vmap = "[vhw]"
+    args += ["-i", str(source)]
     if audio is not None:
         args += ["-i", str(audio), "-map", vmap, "-map", "1:a:0", "-c:a", "aac", "-b:a", "128k"]
         args += ["-shortest"] if duration is None else ["-t", f"{duration:.3f}"]
     else:
         args += ["-map", vmap, "-map", "0:a?", "-c:a", "copy"]
-    args += [*vfilter, *encoder_args(ctx), "-pix_fmt", "yuv420p"]
-    ctx.event("tool", f"ffmpeg {ffmpeg.executable(ctx.backend_config)}")
+    args += ["-filter_complex", graph, *encoder_args(ctx)]
+    if ctx.backend != VAAPI:
+        args += ["-pix_fmt", "yuv420p"]
+    ctx.event("tool", f"ffmpeg {ffmpeg.executable(ctx.backend_config)} ({encoder_args(ctx)[1]})")
     with temp_output(target, target.suffix or ".mp4") as tmp:
         await ffmpeg.run(ctx, [*args, str(tmp)], what=what, duration_sec=duration, note=what)
 
@@ -287,7 +299,7 @@ class BurnSubtitleExecutor(TaskExecutor):
                 ctx,
                 source,
                 target,
-                ["-vf", f"ass=filename={filter_path(ass)}"],
+                f"[0:v]ass=filename={filter_path(ass)}[v]",
                 what=f"burning {subs.name} into {source.name}",
                 duration=info.duration_sec,
                 audio=audio,
@@ -358,10 +370,9 @@ class BlurSubtitleRegionExecutor(TaskExecutor):
             ctx,
             source,
             target,
-            ["-filter_complex", graph],
+            graph,
             what=f"hiding rows {top:.2f}-{bottom:.2f} of {source.name}",
             duration=info.duration_sec,
-            vmap="[v]",
         )
         ctx.progress(100, "region hidden")
         return ExecuteResult(
