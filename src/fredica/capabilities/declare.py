@@ -344,9 +344,15 @@ class _Builder:
     def configured(
         self, key: str, function: F, p: sections.ProviderConfig, section_max: int, hf: str = ""
     ) -> None:
-        """Declare one provider named in worker.yaml, if it can run here."""
+        """Declare one provider named in worker.yaml, if fredica runs it and it can run here."""
         if not runnable(function, p.backend, self.executors):
             return self.skip(function, p.backend, "configured", NOT_RUNNABLE_REASON)
+        return self._configured(key, function, p, section_max, hf)
+
+    def _configured(
+        self, key: str, function: F, p: sections.ProviderConfig, section_max: int, hf: str = ""
+    ) -> None:
+        """Declare one provider named in worker.yaml, if it can run here."""
         kinds = catalog.accelerator_kinds(function, p.backend)
         meta = {"max_concurrent": str(p.max_concurrent or section_max)}
         models = [(m.name, m.score) for m in p.models] or ([(p.model, None)] if p.model else [])
