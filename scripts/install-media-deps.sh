@@ -2,12 +2,15 @@
 # Debian packages the media features and tests use, installed idempotently and quietly:
 #   espeak-ng: offline speech synthesis for the media demo and the tests' sample speech (the
 #              demo falls back to a shipped sample without it; the tests require it);
-#   curl, aria2: the http-curl / http-aria2c download backends (detected at start-up).
+#   curl, aria2: the http-curl / http-aria2c download backends (detected at start-up);
+#   tesseract-ocr: the OCR fallback of DETECT_HARDCODED_SUBTITLE (and the subtitle tests);
+#   libchromaprint-tools: fpcalc, the chromaprint backend of FINGERPRINT_AUDIO;
+#   fonts-dejavu-core: the default font of burned subtitles and the tests' drawtext.
 # Python packages (faster-whisper, the packaged models, imageio-ffmpeg with its ffmpeg binary,
 # yt-dlp) come from pyproject.toml. A Debian or GPU ffmpeg on PATH is preferred when present.
 set -euo pipefail
 
-APT_PACKAGES=(espeak-ng curl aria2)
+APT_PACKAGES=(espeak-ng curl aria2 tesseract-ocr libchromaprint-tools fonts-dejavu-core)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -20,4 +23,6 @@ if ((${#missing[@]})); then
     "${missing[@]}" >/dev/null
 fi
 
-command -v espeak-ng >/dev/null || { echo "espeak-ng still missing" >&2; exit 1; }
+for tool in espeak-ng tesseract fpcalc; do
+  command -v "$tool" >/dev/null || { echo "$tool still missing" >&2; exit 1; }
+done

@@ -286,6 +286,9 @@ BACKENDS: tuple[BackendSpec, ...] = (
          needs="python edge_tts (calls Microsoft's service)"),
     _row("bark", F.TTS, G, 50, 62, voice_clone=False, min_vram_gb=8, needs="python bark"),
     _row("piper", F.TTS, C, 38, 50, voice_clone=False, needs="piper binary or python piper"),
+    # Not in the seed: espeak-ng (formant synthesis, robotic but offline and everywhere); the
+    # lowest TTS score, so any neural voice is preferred.
+    _row("espeak-ng", F.TTS, C, 20, 20, voice_clone=False, needs="espeak-ng binary"),
     # §3.5 TTS, cloud.
     _row("elevenlabs-api", F.TTS, CL, 72, 82, voice_clone=True, provider="elevenlabs",
          cost_unit="1k_chars"),
@@ -386,6 +389,9 @@ BACKENDS: tuple[BackendSpec, ...] = (
     _row("nemo-diarize-gpu", F.SPEAKER_DIARIZE, G, 78, 86, min_vram_gb=8,
          needs="python nemo + NVIDIA GPU"),
     _row("resemblyzer-cpu", F.SPEAKER_DIARIZE, C, 52, 62, needs="python resemblyzer"),
+    # Not in the seed: fredica's built-in MFCC statistics + clustering (no model); clean
+    # recordings with distinct voices only, so the lowest score.
+    _row("builtin-mfcc-cluster", F.SPEAKER_DIARIZE, C, 30, 30, needs="numpy (built in)"),
     _row("assemblyai-diarize-api", F.SPEAKER_DIARIZE, CL, 68, 76, provider="assemblyai",
          cost_unit=_MIN),
     _row("google-speech-diarize-api", F.SPEAKER_DIARIZE, CL, 62, 70, provider="google",
@@ -402,6 +408,8 @@ BACKENDS: tuple[BackendSpec, ...] = (
     _row("alass", F.SUBTITLE_SYNC, C, 80, 88, 85, needs="alass binary"),
     _row("ffsubsync", F.SUBTITLE_SYNC, C, 72, 80, 76, needs="python ffsubsync"),
     _row("subsync", F.SUBTITLE_SYNC, C, 65, 75, needs="python subsync"),
+    # Not in the seed: fredica's built-in speech-activity cross-correlation (constant offset).
+    _row("builtin-vad-xcorr", F.SUBTITLE_SYNC, C, 60, 60, needs="ffmpeg + numpy (built in)"),
     # §3.14 AUDIO_FINGERPRINT.
     _row("chromaprint", F.AUDIO_FINGERPRINT, C, 85, 92, 88, needs="fpcalc binary"),
     _row("chromaprint-py", F.AUDIO_FINGERPRINT, C, 75, 82, needs="python acoustid"),

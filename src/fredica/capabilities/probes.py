@@ -32,7 +32,7 @@ SLOW_TIMEOUT_SEC = 10.0  # system_profiler can take a few seconds
 BINARIES: tuple[str, ...] = (
     "ffmpeg", "yt-dlp", "aria2c", "curl", "fpcalc", "alass", "alass-cli", "scenedetect",
     "realesrgan-ncnn-vulkan", "tesseract", "whisper-cli", "whisper-cpp", "piper", "ollama",
-    "nvidia-smi", "rocm-smi", "system_profiler",
+    "nvidia-smi", "rocm-smi", "system_profiler", "espeak-ng",
 )  # fmt: skip
 
 # Python modules checked with find_spec (never imported).
@@ -43,7 +43,7 @@ MODULES: tuple[str, ...] = (
     "realesrgan", "deepfilter", "df", "speechbrain", "demucs", "noisereduce", "pyannote.audio",
     "nemo", "resemblyzer", "ffsubsync", "subsync", "acoustid", "essentia", "scenedetect",
     "yt_dlp", "cosyvoice", "f5_tts", "fish_speech", "TTS", "kokoro", "kokoro_onnx", "ChatTTS",
-    "edge_tts", "bark", "piper",
+    "edge_tts", "bark", "piper", "numpy",
 )  # fmt: skip
 
 ENCODERS_OF_INTEREST = ("h264_nvenc", "hevc_nvenc", "h264_videotoolbox", "h264_vaapi")

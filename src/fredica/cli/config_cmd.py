@@ -119,7 +119,7 @@ def capabilities_command(
     table = Table(title="Capabilities of this node")
     for column in ("Function", "Backend", "Accelerator", "Models", "Score", "Status", "Reason"):
         table.add_column(column, overflow="fold")
-    declarations = declare.declare(cfg, report)
+    declarations = declare.declare(cfg, report, declare.RUNNABLE)
     for d in declarations:
         if not (d.declared or show_all):
             continue

@@ -262,6 +262,9 @@ class ProviderConfig(Section):
     default_mode: Literal["denoise", "dereverberate", "separate", "full"] | None = None
     # Our addition: price per catalog cost unit, for cloud_policy.max_cost_per_task_usd.
     cost_per_unit_usd: Annotated[float, at_least(0)] | None = None
+    # Our addition (AI_ANALYZE): false = the model takes no images, so hard-subtitle detection
+    # uses its OCR fallback instead of sending it frames.
+    vision: bool | None = None
 
 
 def check_backend(

@@ -57,7 +57,7 @@ class BackendSelector:
     ) -> BackendSelector:
         """Probe this machine (bounded, cached) and declare what the config allows."""
         report = _probe(tuple(sorted(declare.binary_paths(cfg).items())))
-        declarations = declare.declare(cfg, report)
+        declarations = declare.declare(cfg, report, declare.RUNNABLE)
         hardware = declare.resolve_hardware(cfg, report)
         return cls(
             declare.declared_capabilities(declarations),

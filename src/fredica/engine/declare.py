@@ -86,12 +86,14 @@ RULES: tuple[Rule, ...] = (
     Rule(F.SPEAKER_DIARIZE, "speechbrain-diarize", K.GPU, modules=_SB, gpu="cuda"),
     Rule(F.SPEAKER_DIARIZE, "nemo-diarize-gpu", K.GPU, modules=("nemo",), gpu="cuda"),
     Rule(F.SPEAKER_DIARIZE, "resemblyzer-cpu", K.CPU, modules=("resemblyzer",)),
+    Rule(F.SPEAKER_DIARIZE, "builtin-mfcc-cluster", K.CPU, modules=("numpy",)),
     Rule(F.EMOTION_DETECT, "speechbrain-emotion", K.GPU, modules=_SB, gpu="cuda"),
     Rule(F.EMOTION_DETECT, "speechbrain-emotion-cpu", K.CPU, modules=_SB,
          unless="speechbrain-emotion"),
     Rule(F.SUBTITLE_SYNC, "alass", K.CPU, binaries=("alass", "alass-cli")),
     Rule(F.SUBTITLE_SYNC, "ffsubsync", K.CPU, modules=("ffsubsync",)),
     Rule(F.SUBTITLE_SYNC, "subsync", K.CPU, modules=("subsync",)),
+    Rule(F.SUBTITLE_SYNC, "builtin-vad-xcorr", K.CPU, modules=("numpy",)),
     Rule(F.AUDIO_FINGERPRINT, "chromaprint", K.CPU, binaries=("fpcalc",)),
     Rule(F.AUDIO_FINGERPRINT, "chromaprint-py", K.CPU, modules=("acoustid",),
          unless="chromaprint"),
@@ -106,8 +108,32 @@ RULES: tuple[Rule, ...] = (
     Rule(F.TTS, "edge-tts", K.CPU, modules=("edge_tts",)),
     Rule(F.TTS, "bark", K.GPU, modules=("bark",), gpu="cuda"),
     Rule(F.TTS, "piper", K.CPU, binaries=("piper",), modules=("piper",)),
+    Rule(F.TTS, "espeak-ng", K.CPU, binaries=("espeak-ng",)),
 )
 # fmt: on
+
+# The backends fredica's executors run, for the functions where that is not yet every catalog
+# backend (the subtitle and speech family). Any other backend of these functions is listed with
+# a reason but never declared, even when its tool is installed (DESIGN §4.16).
+RUNNABLE: dict[F, frozenset[str]] = {
+    F.TTS: frozenset({"espeak-ng", "openai-tts-api"}),
+    F.TRANSLATE: frozenset(
+        {"deepl-api", "openai-translate-api", "deepseek-translate-api", "ollama-translate"}
+    ),
+    F.SPEECH_ENHANCE: frozenset({"noisereduce"}),
+    F.SPEAKER_DIARIZE: frozenset({"builtin-mfcc-cluster"}),
+    F.EMOTION_DETECT: frozenset(),
+    F.SUBTITLE_SYNC: frozenset({"builtin-vad-xcorr", "ffsubsync"}),
+    F.AUDIO_FINGERPRINT: frozenset({"chromaprint", "acoustid-api"}),
+}
+NOT_RUNNABLE_REASON = "fredica has no executor for this backend yet"
+
+
+def runnable(function: F, backend: str, table: Mapping[F, frozenset[str]] | None) -> bool:
+    """Whether the executor for `function` runs `backend` (always, without a `table`)."""
+    allowed = None if table is None else table.get(function)
+    return allowed is None or backend in allowed
+
 
 _WHISPER = ("faster-whisper", "whisper.cpp")
 _GPU_WORDS = {"cuda": "an NVIDIA GPU", "apple": "an Apple GPU", "any": "a GPU"}
@@ -195,9 +221,15 @@ def binary_paths(cfg: config.WorkerConfig) -> dict[str, str]:
 class _Builder:
     """Accumulates declarations for one node."""
 
-    def __init__(self, cfg: config.WorkerConfig, report: probes.ProbeReport) -> None:
+    def __init__(
+        self,
+        cfg: config.WorkerConfig,
+        report: probes.ProbeReport,
+        executors: Mapping[F, frozenset[str]] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.report = report
+        self.executors = executors
         self.out: list[Declaration] = []
 
     # -- helpers ------------------------------------------------------------------------------
@@ -300,6 +332,9 @@ class _Builder:
                 continue
             if rule.unless and self.declared(function, rule.unless):
                 continue
+            if not runnable(function, rule.backend, self.executors):
+                self.skip(function, rule.backend, "auto", NOT_RUNNABLE_REASON)
+                continue
             met, why = self.rule_check(rule, hf_token)
             if met:
                 self.add(function, rule.backend, rule.accelerator, "detected", f"detected: {why}")
@@ -307,6 +342,14 @@ class _Builder:
                 self.skip(function, rule.backend, "auto", why)
 
     def configured(
+        self, key: str, function: F, p: sections.ProviderConfig, section_max: int, hf: str = ""
+    ) -> None:
+        """Declare one provider named in worker.yaml, if fredica runs it and it can run here."""
+        if not runnable(function, p.backend, self.executors):
+            return self.skip(function, p.backend, "configured", NOT_RUNNABLE_REASON)
+        return self._configured(key, function, p, section_max, hf)
+
+    def _configured(
         self, key: str, function: F, p: sections.ProviderConfig, section_max: int, hf: str = ""
     ) -> None:
         """Declare one provider named in worker.yaml, if it can run here."""
@@ -537,9 +580,16 @@ def _provider_section(b: _Builder, key: str, sec: sections.ProviderSection) -> N
     return None
 
 
-def declare(cfg: config.WorkerConfig, report: probes.ProbeReport) -> list[Declaration]:
-    """Every capability this node declares, and every backend it does not, with reasons."""
-    b = _Builder(cfg, report)
+def declare(
+    cfg: config.WorkerConfig,
+    report: probes.ProbeReport,
+    executors: Mapping[F, frozenset[str]] | None = None,
+) -> list[Declaration]:
+    """Every capability this node declares, and every backend it does not, with reasons.
+
+    `executors` (a node passes RUNNABLE) limits functions to the backends their executors run;
+    without it every detected backend is declared (the detection rules alone)."""
+    b = _Builder(cfg, report, executors)
     _downloads(b)
     _ffmpeg(b)
     _transcribe(b)

@@ -13,7 +13,8 @@ from fredica.domain import errors
 from fredica.domain.spawn import SpawnHook
 from fredica.executors import network_test
 from fredica.executors.base import TaskExecutor
-from fredica.pipelines import media, templates
+from fredica.pipelines import dubbing, media, templates
+from fredica.pipelines import subtitles as subtitle_pipelines
 from fredica.pipelines.templates import Template
 
 
@@ -82,4 +83,6 @@ def builtin_registry() -> Registry:
     registry.add_executor(network_test.NetworkTestExecutor())
     templates.register_builtin(registry)
     media.register_media(registry)
+    subtitle_pipelines.register_subtitles(registry)
+    dubbing.register_dubbing(registry)
     return registry

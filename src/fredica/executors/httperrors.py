@@ -130,3 +130,27 @@ async def cancellable(ctx: TaskContext, work: Awaitable[T]) -> T:
         job.cancel()
         raise errors.TaskCancelled(ctx.control.cancel_reason)
     return job.result()
+
+
+async def post_json(
+    ctx: TaskContext,
+    url: str,
+    *,
+    what: str,
+    provider: str = "",
+    timeout: float = 60.0,
+    **request: Any,
+) -> Any:
+    """POST (httpx keyword arguments: json=, data=, headers=) and return the JSON reply, every
+    failure classified: no answer, an error status, or a reply that is not JSON."""
+    async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+        try:
+            response = await cancellable(ctx, client.post(url, **request))
+        except httpx.HTTPError as exc:
+            raise for_transport(exc, url, what) from exc
+    if response.status_code >= 400:
+        raise for_status(response, what, provider=provider)
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise errors.TransientError(f"{what}: the reply was not JSON") from exc
