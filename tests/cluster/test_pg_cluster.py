@@ -160,3 +160,38 @@ def test_three_nodes_on_one_postgres_run_each_task_once_and_survive_a_kill(
     assert len(effects(log)) == before
     with c.client() as client:
         assert client.get("/api/v1/status").json()["task_counts"]["completed"] == TASKS
+
+
+def test_a_node_with_a_broken_tool_is_quarantined_and_the_others_do_the_work(
+    cluster: list[ServedNode],
+) -> None:
+    # Given node A whose tool fails (a broken install) and node B whose tool works
+    a, b, _ = cluster
+    a.extra_env = {"FREDICA_TEST_TOOL": "false"}
+    a.start()
+    b.start()
+    a_id = status(a)["node_id"]
+
+    # When a dozen tasks that need the tool are created
+    tasks = [{"ref": f"t{i}", "type": "TEST_TOOL", "payload": {"seconds": 0.05}} for i in range(12)]
+    with a.client() as client:
+        r = client.post("/api/v1/pipelines", json={"template": "custom", "tasks": tasks})
+        assert r.status_code == 201, r.text
+        pipeline_id = r.json()["pipeline_id"]
+
+    # Then B finishes every one of them ...
+    def done() -> dict[str, Any] | None:
+        with b.client() as client:
+            p = client.get(f"/api/v1/pipelines/{pipeline_id}").json()
+        return p if p["status"] == "completed" else None
+
+    pipeline = wait_until(done, 60, "the pipeline to complete")
+    assert {t["claimed_by"] for t in pipeline["tasks"]} == {status(b)["node_id"]}
+    # ... while A, after three failures in a row, stopped claiming instead of failing them all
+    failed_on_a = [t for t in pipeline["tasks"] if a_id in t["excluded_nodes"]]
+    assert 3 <= len(failed_on_a) <= 4, len(failed_on_a)
+    quarantine = status(a)["quarantine"]
+    assert quarantine["active"] is True and "lack of resources" in quarantine["reason"]
+    with b.client() as client:
+        nodes = {n["id"]: n["status"] for n in client.get("/api/v1/nodes").json()["nodes"]}
+    assert nodes[a_id] == "quarantined"

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -41,6 +41,7 @@ class ServedNode:
     port: int
     log: Path
     proc: subprocess.Popen[bytes] | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -50,7 +51,7 @@ class ServedNode:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), env.get("PYTHONPATH")]))
         env.pop("FREDICA_DATA_DIR", None)
-        return env
+        return env | self.extra_env
 
     def start(self) -> ServedNode:
         with self.log.open("ab") as out:

@@ -127,6 +127,24 @@ class TreeExecutor(TaskExecutor):
         return ExecuteResult({})
 
 
+class ToolExecutor(TaskExecutor):
+    """Runs this node's tool (`$FREDICA_TEST_TOOL`, default `true`) after `seconds`: a node
+    whose tool is broken fails every task for lack of a working environment (RESOURCE)."""
+
+    task_type = "TEST_TOOL"
+
+    async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
+        import asyncio
+
+        await asyncio.sleep(float(task.payload.get("seconds", 0.1)))
+        tool = os.environ.get("FREDICA_TEST_TOOL", "true")
+        try:
+            await ctx.run_process([tool])
+        except errors.TaskError as exc:
+            raise errors.ResourceError(f"the tool is broken on this node: {exc.message}") from exc
+        return ExecuteResult({"node": ctx.node_id})
+
+
 def self_pausing_work(reporter: SubprocessReporter, marker: str, hold: float) -> dict[str, Any]:
     """Child process: progress, pause itself until resumed by the user, then finish."""
     reporter.progress(30, "before self-pause")
@@ -285,6 +303,7 @@ def register(registry: Registry) -> None:
         SleepExecutor(),
         EffectExecutor(),
         TreeExecutor(),
+        ToolExecutor(),
         BurnExecutor(),
         SubprocessExecutor(),
         FailExecutor(),

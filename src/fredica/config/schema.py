@@ -276,6 +276,10 @@ class SchedulingConfig(sections.Section):
     poll_interval_sec: sections.PositiveFloat = 1.0
     idle_poll_interval_sec: sections.PositiveFloat = 5.0
     defer_window_polls: sections.PositiveInt = 3
+    #: a node whose last N claimed tasks all failed for lack of resources stops claiming for
+    #: a cool-down that doubles on each repeat (0: never)
+    quarantine_after_failures: sections.NonNegInt = 3
+    quarantine_cooldown_sec: sections.PositiveFloat = 60.0
     load_penalty: LoadPenalty = Field(default_factory=LoadPenalty)
     quality_defaults: Annotated[
         dict[str, QualityModeName], BeforeValidator(_merge_quality_defaults)

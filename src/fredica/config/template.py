@@ -211,6 +211,10 @@ scheduling:
   poll_interval_sec: 1.0       # claim loop cadence while work is flowing
   idle_poll_interval_sec: 5.0  # cadence when nothing is ready
   defer_window_polls: 3        # a deferred ready task is claimed anyway after this many polls
+  # A node whose last N claimed tasks all failed for lack of resources (a broken tool, no
+  # memory) stops claiming for a cool-down that doubles each time, so other nodes take the work.
+  quarantine_after_failures: 3  # 0: never
+  quarantine_cooldown_sec: 60
   load_penalty:
     enabled: true
     max_penalty: 20            # points taken off a fully loaded node (pending >= max_workers)

@@ -47,9 +47,9 @@ class BackendSelector:
     plugin_functions: dict[str, F | None] = field(default_factory=dict)
     backend_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     hardware: declare.HardwareScores | None = None
-    _gates: dict[
-        frozenset[str], tuple[frozenset[str] | None, frozenset[str] | None]
-    ] = field(default_factory=dict, repr=False, compare=False)
+    _gates: dict[frozenset[str], tuple[frozenset[str] | None, frozenset[str] | None]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @classmethod
     def from_config(

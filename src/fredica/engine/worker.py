@@ -60,6 +60,8 @@ class EngineSettings:
     monitor_interval: float | None = None  # default: min(heartbeat_interval, stale_after / 3)
     progress_flush_interval: float = 0.25
     shutdown_grace: float = 30.0
+    quarantine_after_failures: int = 3  # 0: never quarantine
+    quarantine_cooldown: float = 60.0
 
     @property
     def effective_monitor_interval(self) -> float:
@@ -115,6 +117,9 @@ class WorkerEngine:
         self.stopped = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.ledger = ProcessLedger(settings.data_dir / "run")
+        self.quarantine = Quarantine(
+            settings.quarantine_after_failures, settings.quarantine_cooldown
+        )
         self._last_heartbeat = time.monotonic()
 
     @property
@@ -287,7 +292,9 @@ class WorkerEngine:
 
     def claimable_types(self) -> frozenset[str]:
         """Task types with an executor here whose capability this node declares and whose
-        backends are not all at max_concurrent."""
+        backends are not all at max_concurrent (nothing while the node is quarantined)."""
+        if self.quarantine.active:
+            return frozenset()
         if self.selector is None:
             return self.registry.task_types
         busy = self.selector.saturated_functions(self._active_by_backend)
@@ -438,6 +445,7 @@ class WorkerEngine:
             # the owner refused the result (e.g. its pipeline hook rejected it): fail the task
             raise errors.PermanentError(f"result rejected: {outcome}")
         self.stats["completed"] += 1
+        self.quarantine.succeeded()
 
     async def _fail(
         self, running: _Running, executor: TaskExecutor | None, exc: errors.TaskError
@@ -445,6 +453,8 @@ class WorkerEngine:
         task = running.task
         if running.lost:
             raise errors.StaleAttempt(f"task {task.id}: {running.lost}")
+        if exc.error_type is ErrorType.RESOURCE:
+            self.quarantine.failed_for_resources(task.type, exc.message)
         if isinstance(exc, errors.TaskCancelled) and self._releasing:
             await self.store.release(
                 task.id, task.attempt, "node shut down before the task finished", self.node_id
@@ -636,6 +646,49 @@ class WorkerEngine:
 
     def running_ids(self) -> list[str]:
         return list(self._running)
+
+
+class Quarantine:
+    """A node whose last `after` claimed tasks all failed for lack of resources (a broken tool,
+    no memory, no disk) claims nothing for a cool-down that doubles on each repeat, so one
+    broken node cannot grab and fail every job; a success ends it. Monotonic time."""
+
+    def __init__(
+        self, after: int, cooldown: float, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.after = after
+        self.cooldown = cooldown
+        self._now = monotonic
+        self.streak = 0
+        self.rounds = 0
+        self.until = 0.0
+        self.reason: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self._now() < self.until
+
+    @property
+    def remaining(self) -> float:
+        return max(0.0, self.until - self._now())
+
+    def succeeded(self) -> None:
+        self.streak = self.rounds = 0
+        self.reason = None
+
+    def failed_for_resources(self, task_type: str, message: str) -> None:
+        self.streak += 1
+        if not self.after or self.streak < self.after:
+            return
+        self.streak = 0
+        self.rounds += 1
+        seconds = self.cooldown * 2 ** (self.rounds - 1)
+        self.until = self._now() + seconds
+        self.reason = f"{self.after} tasks in a row failed for lack of resources ({task_type}: "
+        self.reason += f"{message[:200]})"
+        logger.warning(
+            "quarantined for %.0fs: %s", seconds, self.reason, extra={"action": "quarantine"}
+        )
 
 
 def _error_from_result(result: ExecuteResult) -> errors.TaskError:

@@ -68,6 +68,8 @@ def settings_from_config(
         stale_after=cfg.cluster.stale_after_sec,
         reclaim_after=cfg.cluster.reclaim_after_sec,
         shutdown_grace=cfg.node.shutdown_grace_sec,
+        quarantine_after_failures=cfg.scheduling.quarantine_after_failures,
+        quarantine_cooldown=cfg.scheduling.quarantine_cooldown_sec,
     )
     return NodeSettings(
         node_id=cfg.node.id,

@@ -187,8 +187,10 @@ class Node:
             out[task_type] = catalog.CapabilityFunction(needed) if needed else None
         return out
 
-    async def register_self(self, status: str = "online") -> None:
+    async def register_self(self, status: str | None = None) -> None:
         engine = self.settings.engine_settings()
+        if status is None:
+            status = "quarantined" if self.engine.quarantine.active else "online"
         await self._store.upsert_node(
             NodeRecord(
                 id=self.node_id,
@@ -198,7 +200,12 @@ class Node:
                 max_workers=engine.max_workers,
                 last_seen_at=0.0,  # the store stamps its own time
                 address=self.address,
-                info={"running": self.engine.running_count},
+                info={
+                    "running": self.engine.running_count,
+                    "quarantine": self.engine.quarantine.reason
+                    if self.engine.quarantine.active
+                    else None,
+                },
             )
         )
 
@@ -391,6 +398,11 @@ class Node:
             "startup_recovery": self.recovery.summary() if self.recovery else None,
             "engine_stats": dict(self.engine.stats),
             "healthy": self.health() == "ok",
+            "quarantine": {
+                "active": self.engine.quarantine.active,
+                "remaining_sec": round(self.engine.quarantine.remaining, 1),
+                "reason": self.engine.quarantine.reason,
+            },
             "health": self.health(),
         }
 
