@@ -14,10 +14,13 @@ single transaction that creates a pipeline.
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 from fastapi import APIRouter, FastAPI, Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fredica import __version__, auth
 from fredica.api import deps, errors, routes_node, routes_pipelines, routes_tasks
@@ -25,6 +28,11 @@ from fredica.node.service import Node
 
 #: paths that token mode guards; health, metrics and the static UI stay open
 GUARDED_PREFIXES = ("/api/v1", "/files/")
+#: where a browser cannot send a header (EventSource, a download link): `?token=` is accepted
+#: there, for GET only, and nowhere else
+QUERY_TOKEN_PATHS = ("/api/v1/events", "/files/")
+#: requests whose bodies are limited to `api.max_body_bytes`
+LIMITED_PREFIXES = ("/api/", "/cluster/")
 API_ROUTERS = (routes_node.router, routes_pipelines.router, routes_tasks.router)
 
 
@@ -38,6 +46,8 @@ def create_app(
     app.state.node = node
     errors.install(app)
     app.middleware("http")(require_token)
+    app.add_middleware(BodyLimit, limit=node.settings.max_body_bytes)
+    install_log_redaction()
     for router in (*API_ROUTERS, *routers):
         app.include_router(router)
     return app
@@ -66,11 +76,89 @@ async def require_token(
     EventSource or a download: `?token=` works too."""
     request.state.publisher = None
     node = deps.get_node(request)
-    if request.url.path.startswith(GUARDED_PREFIXES) and node.auth.enabled:
+    path = request.url.path
+    if path.startswith(GUARDED_PREFIXES) and node.auth.enabled:
+        query_ok = request.method == "GET" and path.startswith(QUERY_TOKEN_PATHS)
         try:
             request.state.publisher = node.auth.authenticate(
-                request.headers.get("authorization"), request.query_params.get("token")
+                request.headers.get("authorization"),
+                request.query_params.get("token") if query_ok else None,
             )
         except auth.Unauthorized as exc:
             return errors.answer(exc)
     return await call_next(request)
+
+
+class BodyLimit:
+    """Refuse request bodies over `limit` bytes with 413, whether the client announced the
+    length or streams it (then the body is read up to the limit first and replayed); nothing
+    of such a request reaches a handler."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(LIMITED_PREFIXES):
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None:
+            if length.isdigit() and int(length) > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+            await self.app(scope, receive, send)  # the server stops at Content-Length
+            return
+        body = bytearray()
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            body += message.get("body", b"")
+            more = bool(message.get("more_body"))
+            if len(body) > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        message = f"request body larger than {self.limit} bytes (api.max_body_bytes)"
+        response = JSONResponse(
+            status_code=413, content={"error": message, "detail": message, "code": "too_large"}
+        )
+        await response(scope, receive, send)
+
+
+_TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&\s\"]*")
+
+
+class RedactTokens(logging.Filter):
+    """Hide `?token=` values in log lines (uvicorn's access log prints the query string)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and record.args:
+            record.args = tuple(
+                _TOKEN_IN_QUERY.sub(r"\1[redacted]", a) if isinstance(a, str) else a
+                for a in record.args
+            )
+        if isinstance(record.msg, str) and "token=" in record.msg:
+            record.msg = _TOKEN_IN_QUERY.sub(r"\1[redacted]", record.msg)
+        return True
+
+
+def install_log_redaction() -> None:
+    """Once per process, on the loggers that print request lines."""
+    for name in ("uvicorn.access", "uvicorn.error", "fredica"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactTokens) for f in logger.filters):
+            logger.addFilter(RedactTokens())

@@ -81,7 +81,7 @@ async def restart_log(
 @router.get("/api/v1/changes")
 async def changes(
     node: deps.NodeDep,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[int, Query(ge=0, le=2**62)] = 0,
     timeout: Annotated[float, Query(ge=0, le=60)] = 25.0,
 ) -> dict[str, Any]:
     """Long-poll: returns when anything changed after version `after`."""

@@ -14,6 +14,7 @@ from fredica.api import deps
 from fredica.domain import errors
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
 
+MAX_OFFSET = 1_000_000_000  # deeper pages answer 422 instead of overflowing the database
 router = APIRouter()
 
 
@@ -38,7 +39,7 @@ async def list_pipelines(
     node: deps.NodeDep,
     status: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> dict[str, Any]:
     rows = await node.list_pipelines(status, limit, offset)
     return {"pipelines": [p.to_json() for p in rows]}

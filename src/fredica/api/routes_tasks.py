@@ -10,6 +10,7 @@ from fredica.api import deps
 from fredica.domain import errors
 from fredica.domain.models import TaskStatus
 
+MAX_OFFSET = 1_000_000_000  # deeper pages answer 422 instead of overflowing the database
 router = APIRouter()
 
 TASK_ACTIONS = ("cancel", "pause", "resume", "retry", "skip")
@@ -22,7 +23,7 @@ async def list_tasks(
     status: str | None = None,
     type: str | None = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 500,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> dict[str, Any]:
     rows = await node.list_tasks(pipeline_id, _statuses(status), type, limit, offset)
     return {"tasks": [t.to_json() for t in rows]}

@@ -326,6 +326,8 @@ class ApiConfig(sections.Section):
 
     host: Annotated[str, sections.non_empty] = "127.0.0.1"
     port: Annotated[int, sections.between(1, 65535)] = 7631
+    #: largest request body the API accepts (413 beyond)
+    max_body_bytes: sections.PositiveInt = 1_048_576
 
 
 class RuntimeState(sections.Section):

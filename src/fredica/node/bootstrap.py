@@ -81,4 +81,5 @@ def settings_from_config(
         plugins=tuple(cfg.plugins),
         config=cfg,
         store_url=cfg.store.url,
+        max_body_bytes=cfg.api.max_body_bytes,
     )

@@ -66,6 +66,7 @@ class NodeSettings:
     config_path: Path | None = None
     #: "" for the embedded SQLite file in `data_dir`, else a postgresql:// URL
     store_url: str = ""
+    max_body_bytes: int = 1_048_576
 
     def engine_settings(self) -> EngineSettings:
         return self.engine or EngineSettings(node_id=self.node_id, data_dir=self.data_dir)
@@ -142,6 +143,7 @@ class Node:
         """Detect how the last run ended, recover, register this node, start the engine."""
         self._loop = asyncio.get_running_loop()
         self.lock_data_dir()
+        self._warn_if_exposed()
         # commits by other processes sharing the store (PostgreSQL) refresh the UI too
         self._store.subscribe(self._on_store_signal)
         warn_if_network_fs(self.settings.data_dir)
@@ -207,6 +209,17 @@ class Node:
                     else None,
                 },
             )
+        )
+
+    def _warn_if_exposed(self) -> None:
+        if self.settings.host in ("127.0.0.1", "::1", "localhost") or self.auth.enabled:
+            return
+        logger.warning(
+            "LISTENING ON %s WITHOUT AUTHENTICATION: anyone who can reach this address can "
+            "create and cancel work. Set auth.mode: token in worker.yaml (fredica token create) "
+            "or listen on 127.0.0.1",
+            self.settings.host,
+            extra={"action": "exposed"},
         )
 
     @property
