@@ -82,10 +82,11 @@ class Registry:
 def builtin_registry() -> Registry:
     """A registry with every built-in executor and template."""
     from fredica.executors import network_test
-    from fredica.pipelines import media, templates
+    from fredica.pipelines import media, templates, video
 
     registry = Registry()
     registry.add_executor(network_test.NetworkTestExecutor())
     templates.register_builtin(registry)
     media.register_media(registry)
+    video.register_video(registry)
     return registry
