@@ -240,7 +240,10 @@ class VideoTemplate(Template):
             payload = {**src, **_pick(params, TRANSCODE_PARAMS)}
             key = outputs.input_hash(payload | {"video_path": None})[:10]
             payload["output_path"] = f"transcoded/{mdir}/{key}.{container}"
-            video.transcode_args("ffmpeg-cpu", payload)  # a bad combination is a 4xx now
+            try:  # a bad combination is a 4xx now, not a failed task later
+                video.transcode_args("ffmpeg-cpu", payload)
+            except errors.PayloadError as exc:
+                raise errors.InvalidRequest(f"params: {exc.message}") from exc
             plan.add("transcode", video.TRANSCODE, payload, first)
         else:
             thumbs = {
