@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -37,6 +38,7 @@ BACKENDS = ("rapidocr", "tesseract")
 REGION_SHARE = 0.2  # subtitle mode reads this share of the frame height
 DEFAULT_MIN_CONFIDENCE = 0.5
 SAME_TEXT_RATIO = 0.8  # adjacent frames whose texts are this similar show the same text
+MIN_SPAN_SEC = 0.3  # shorter spans are misreads (see spans())
 BRIGHT_TEXT = 210  # grey level above which a subtitle pixel counts as text (tesseract)
 TESSERACT_LANGS = {
     "auto": "eng",
@@ -69,10 +71,22 @@ def crop_box(width: int, height: int, where: str) -> tuple[int, int, int, int]:
 # --- the child process ----------------------------------------------------------------------
 
 
-def _rapidocr_reader() -> Any:
+def _rapidocr_reader(whole_frame: bool) -> Any:
     from rapidocr import RapidOCR  # optional: imported only where the backend is declared
 
-    engine = RapidOCR()
+    engine = RapidOCR(
+        params={
+            # rapidocr's default scales the SHORT side up to 736 px: a 72 px subtitle band
+            # became 6,500 px wide (1.8 s a frame); bounding the long side gives 0.2 s
+            "Det.limit_type": "max",
+            "Det.limit_side_len": 960,
+            # upside-down text is a document matter, not a video subtitle one
+            "Global.use_cls": whole_frame,
+            "Global.log_level": "warning",
+            # batches run side by side (one per worker slot): share the cores between them
+            "EngineConfig.onnxruntime.intra_op_num_threads": max(1, (os.cpu_count() or 2) // 2),
+        }
+    )
 
     def read(image: Any) -> list[dict[str, Any]]:
         import numpy as np
@@ -193,7 +207,7 @@ def ocr_batch(
     from PIL import Image
 
     if backend == "rapidocr":
-        read = _rapidocr_reader()
+        read = _rapidocr_reader(where == "full")
     else:
         read = _tesseract_reader(
             language, min_conf, "3" if where == "full" else "6", where != "full"
@@ -270,10 +284,12 @@ def _same(a: str, b: str) -> bool:
     return a == b or difflib.SequenceMatcher(None, a, b).ratio() >= SAME_TEXT_RATIO
 
 
-def spans(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def spans(frames: list[dict[str, Any]], min_sec: float = MIN_SPAN_SEC) -> list[dict[str, Any]]:
     """Adjacent frames with the same text -> one span {start_sec, end_sec, text} (pure).
 
-    A frame's text is its lines joined top to bottom; a frame without text ends a span."""
+    A frame's text is its lines joined top to bottom; a frame without text ends a span. Spans
+    shorter than `min_sec` are dropped: nobody can read a text shown that briefly, so at a high
+    frame rate a one-frame read is a misread of the picture (at 1 fps one frame is 1 s)."""
     step = frames_mod.frame_step(frames)
     out: list[dict[str, Any]] = []
     open_span: dict[str, Any] | None = None
@@ -303,7 +319,7 @@ def spans(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for span in out:
         conf = span.pop("_conf")
         span["confidence"] = round(sum(conf) / len(conf), 3) if conf else None
-    return out
+    return [s for s in out if s["frames"] * step >= min_sec - 1e-9]
 
 
 class MergeOcrResultsExecutor(video.CachedExecutor):
@@ -314,12 +330,18 @@ class MergeOcrResultsExecutor(video.CachedExecutor):
 
     def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
         out = video.target(ctx, task.payload, "output_path", "ocr.json")
-        return out, task.payload.get("batches")
+        return out, {
+            "batches": task.payload.get("batches"),
+            "min": task.payload.get("min_span_sec"),
+        }
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
         out, inputs = self.locate(task, ctx)
         merged = frames_mod.merged_frames(task.payload)
-        found = spans(merged)
+        min_sec = outputs.payload_number(
+            task.payload, "min_span_sec", MIN_SPAN_SEC, low=0, high=3600
+        )
+        found = spans(merged, min_sec)
         text = "\n".join(s["text"] for s in found)
         txt = out.with_suffix(".txt")
         outputs.write_text_atomic(txt, text + ("\n" if text else ""))

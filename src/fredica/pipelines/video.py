@@ -371,8 +371,8 @@ def spawn_batches(done: SpawnInput, result: dict[str, Any]) -> SpawnPlan | None:
                 payload,
                 (done.task.id,),
                 done.pipeline,
-                int(params.get("priority", 5)),
-                str(params.get("cloud_preference", "auto")),
+                int(params.get("priority") or 5),
+                str(params.get("cloud_preference") or "auto"),
                 done.pipeline.publisher_id,
                 str(uuid.uuid4()),
             )
@@ -533,7 +533,12 @@ class TranscribeOcrTemplate(media.MediaTemplate):
         batch = VideoTemplate.batch_payload(mine, request.language or "auto")
         return dataclasses.replace(
             base,
-            tasks=(*tasks, *extra),
+            # parents before children: the analysis comes after the OCR merge it waits for
+            tasks=(
+                *(t for t in tasks if t.type != ANALYZE),
+                *extra,
+                *(t for t in tasks if t.type == ANALYZE),
+            ),
             params={
                 **base.params,
                 "batch_size": size,
