@@ -2,12 +2,14 @@
 # Debian packages the media features and tests use, installed idempotently and quietly:
 #   espeak-ng: offline speech synthesis for the media demo and the tests' sample speech (the
 #              demo falls back to a shipped sample without it; the tests require it);
-#   curl, aria2: the http-curl / http-aria2c download backends (detected at start-up).
+#   curl, aria2: the http-curl / http-aria2c download backends (detected at start-up);
+#   tesseract-ocr: the tesseract OCR backend (English data; other languages are the
+#              tesseract-ocr-<lang> packages, e.g. tesseract-ocr-chi-sim).
 # Python packages (faster-whisper, the packaged models, imageio-ffmpeg with its ffmpeg binary,
 # yt-dlp) come from pyproject.toml. A Debian or GPU ffmpeg on PATH is preferred when present.
 set -euo pipefail
 
-APT_PACKAGES=(espeak-ng curl aria2)
+APT_PACKAGES=(espeak-ng curl aria2 tesseract-ocr)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -21,3 +23,4 @@ if ((${#missing[@]})); then
 fi
 
 command -v espeak-ng >/dev/null || { echo "espeak-ng still missing" >&2; exit 1; }
+command -v tesseract >/dev/null || { echo "tesseract still missing" >&2; exit 1; }

@@ -19,6 +19,7 @@ from tests.media_support import make_media
 from tests.video_support import (
     SCENE_CUTS,
     build_color_detector,
+    pattern_video,
     run_ffmpeg,
     scene_video,
     subtitled_video,
@@ -124,6 +125,27 @@ def test_fingerprint_transcode_and_overview(node: ServedNode, tmp_path: Path) ->
     assert encoded["backend"] == "ffmpeg-cpu" and Path(encoded["result"]["output_path"]).is_file()
     out = process(node, "fingerprint", clip)
     assert "7 frame hashes" in out
+    original = of_type(last_pipeline(node, "fingerprint"), "FINGERPRINT_VIDEO")[0]["result"]
+    process(node, "fingerprint", Path(encoded["result"]["output_path"]))
+    copy = of_type(last_pipeline(node, "fingerprint"), "FINGERPRINT_VIDEO")[0]["result"]
+    other = pattern_video(tmp_path / "other.mp4", "mandelbrot", duration=6.5, size="320x240")
+    process(node, "fingerprint", other)
+    unrelated = of_type(last_pipeline(node, "fingerprint"), "FINGERPRINT_VIDEO")[0]["result"]
+    assert len({original["fingerprint_path"], copy["fingerprint_path"],
+                unrelated["fingerprint_path"]}) == 3  # fmt: skip
+    same = compare(node, original["fingerprint_path"], copy["fingerprint_path"])
+    assert "likely the same video" in same, same
+    different = compare(node, original["fingerprint_path"], unrelated["fingerprint_path"])
+    assert "different" in different, different
+
+
+def compare(node: ServedNode, a: str, b: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "fredica", "fingerprint-compare", a, b],
+        capture_output=True, text=True, env=node.env() | {"COLUMNS": "200"}, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 @pytest.mark.timeout(300)

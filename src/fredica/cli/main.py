@@ -445,6 +445,26 @@ def process(
     )
 
 
+@app.command("fingerprint-compare")
+def fingerprint_compare(
+    first: Annotated[Path, typer.Argument(help="A fingerprint JSON (FINGERPRINT_VIDEO output).")],
+    second: Annotated[Path, typer.Argument(help="Another fingerprint JSON.")],
+) -> None:
+    """How similar two videos are, from their FINGERPRINT_VIDEO results (pHash per second)."""
+    from fredica.executors import video
+
+    try:
+        found = video.compare_fingerprints(_read_json(first), _read_json(second))
+    except (KeyError, TypeError, ValueError) as exc:
+        _die(f"not two fingerprint files: {exc}")
+    verdict = "likely the same video" if found["similarity"] >= video.SAME_VIDEO else "different"
+    console.print(
+        f"similarity {found['similarity']:.3f} (mean Hamming distance "
+        f"{found['mean_distance']} of 64 bits over {found['overlap_frames']} frames, "
+        f"shift {found['shift_frames']} frames): {verdict}"
+    )
+
+
 token_app = typer.Typer(help="Publisher tokens for auth.mode: token.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
 

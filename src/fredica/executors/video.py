@@ -600,6 +600,9 @@ class FingerprintVideoExecutor(CachedExecutor):
         return ExecuteResult(result)
 
 
+SAME_VIDEO = 0.75  # similarity above which two fingerprints are reported as one video
+
+
 def compare_fingerprints(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Similarity of two FINGERPRINT_VIDEO results (see phash.compare)."""
     return phash.compare([h["hash"] for h in a["hashes"]], [h["hash"] for h in b["hashes"]])
