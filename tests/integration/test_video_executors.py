@@ -14,7 +14,7 @@ import pytest
 
 from fredica.domain import errors
 from fredica.domain.models import CachePolicy
-from fredica.executors import detect, ocr, phash, video
+from fredica.executors import detect, ocr, phash, scenes, video
 from fredica.executors.context import TaskContext
 from tests.media_support import make_context
 from tests.video_support import (
@@ -49,22 +49,35 @@ async def run(tmp_path: Path, executor: Any, payload: dict[str, Any], **kw: Any)
     return result
 
 
+@pytest.mark.parametrize("method", ["ffmpeg-scene", "pyscenedetect"])
 async def test_scene_cuts_are_found_within_one_frame(
-    tmp_path: Path, clips: dict[str, Path]
+    tmp_path: Path, clips: dict[str, Path], method: str
 ) -> None:
-    result = await run(tmp_path, video.DetectScenesExecutor(), {"video_path": str(clips["scenes"])})
+    payload = {"video_path": str(clips["scenes"]), "method": method}
+    result = await run(tmp_path, scenes.DetectScenesExecutor(), payload)
+    assert result["method"] == method
     cuts = result["cuts_sec"]
     assert len(cuts) == len(SCENE_CUTS), result["scenes"]
     for found, truth in zip(cuts, SCENE_CUTS, strict=True):
         assert abs(found - truth) <= 0.1 + 1e-6  # one frame interval at 10 fps
     assert [s["start_sec"] for s in result["scenes"]] == [0.0, *cuts]
     assert result["scenes"][-1]["end_sec"] == pytest.approx(6.5, abs=0.05)
-    assert all(Path(s["thumbnail_path"]).stat().st_size > 0 for s in result["scenes"])
-    # the worker.yaml threshold reaches the executor through the backend config
-    high = await run(tmp_path / "hi", video.DetectScenesExecutor(),
-                     {"video_path": str(clips["scenes"])},
-                     backend_config={"scene_threshold": 0.99})  # fmt: skip
-    assert high["threshold"] == 0.99 and high["cuts_sec"] == []
+    thumbs = [Path(s["thumbnail_path"]) for s in result["scenes"]]
+    assert len(set(thumbs)) == 3 and all(t.stat().st_size > 0 for t in thumbs)
+
+
+async def test_scene_method_and_threshold_come_from_worker_yaml(
+    tmp_path: Path, clips: dict[str, Path]
+) -> None:
+    cfg = {"scene_threshold": 0.99, "scene_detect_backend": "ffmpeg-scene"}
+    high = await run(tmp_path, scenes.DetectScenesExecutor(),
+                     {"video_path": str(clips["scenes"])}, backend_config=cfg)  # fmt: skip
+    assert high["threshold"] == 0.99 and high["method"] == "ffmpeg-scene"
+    assert high["cuts_sec"] == []
+    # "" = auto: pyscenedetect when the package is installed (it is, in the dev install)
+    assert scenes.choose_method({}, {"scene_detect_backend": ""}) == "pyscenedetect"
+    with pytest.raises(errors.PayloadError, match="method"):
+        scenes.choose_method({"method": "magic"}, {})
 
 
 async def _frames(tmp_path: Path, clip: Path, **extra: Any) -> dict[str, Any]:
@@ -259,5 +272,5 @@ async def test_bad_payloads_are_named(tmp_path: Path, clips: dict[str, Path]) ->
     with pytest.raises(errors.PermanentError, match=r"no video stream|cannot read"):
         bad = tmp_path / "x.mp4"
         bad.write_bytes(b"not a video")
-        await run(tmp_path, video.DetectScenesExecutor(), {"video_path": str(bad)})
+        await run(tmp_path, scenes.DetectScenesExecutor(), {"video_path": str(bad)})
     assert phash.distance("ffffffffffffffff", "0000000000000000") == 64

@@ -176,6 +176,7 @@ def _backend_configs(cfg: config.WorkerConfig) -> dict[str, dict[str, Any]]:
     for name in ("ffmpeg-nvenc", "ffmpeg-videotoolbox", "ffmpeg-vaapi", "ffmpeg-cpu"):
         entry = out.setdefault(name, {})
         entry.setdefault("scene_threshold", ff.scene_detect.threshold)
+        entry.setdefault("scene_detect_backend", ff.scene_detect.backend)
         if ff.ffmpeg_path:
             entry.setdefault("ffmpeg_path", ff.ffmpeg_path)
     return out

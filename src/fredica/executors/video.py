@@ -31,10 +31,8 @@ logger = logging.getLogger(__name__)
 TRANSCODE = "TRANSCODE"
 GENERATE_THUMBNAIL = "GENERATE_THUMBNAIL"
 EXTRACT_FRAMES = "EXTRACT_FRAMES"
-DETECT_SCENES = "DETECT_SCENES"
 FINGERPRINT_VIDEO = "FINGERPRINT_VIDEO"
 
-DEFAULT_SCENE_THRESHOLD = 0.4
 VAAPI_DEVICE = "/dev/dri/renderD128"
 ENCODERS: dict[str, dict[str, str]] = {
     "ffmpeg-cpu": {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1", "vp9": "libvpx-vp9"},
@@ -49,8 +47,6 @@ CONTAINERS: dict[str, tuple[frozenset[str], str]] = {  # container -> (video cod
     "webm": (frozenset({"vp9", "av1", "copy"}), "libopus"),
 }
 AUDIO_CODECS = {"aac": "aac", "opus": "libopus", "copy": "copy", "none": ""}
-_PTS_TIME = re.compile(r"pts_time:\s*(-?\d+(?:\.\d+)?)")
-_SCENE_SCORE = re.compile(r"lavfi\.scene_score=(\d+(?:\.\d+)?)")
 
 
 # --- shared helpers (also used by the OCR and detection executors) ---------------------------
@@ -442,104 +438,6 @@ class ExtractFramesExecutor(CachedExecutor):
         return self.done(ctx, index, inputs, result, f"{len(frames)} frames")
 
 
-# --- DETECT_SCENES -----------------------------------------------------------------------------
-
-
-def parse_scene_log(lines: list[str]) -> list[tuple[float, float]]:
-    """(pts_time, scene_score) of every frame `metadata=print` reported, in order."""
-    found: list[tuple[float, float]] = []
-    for line in lines:
-        if m := _PTS_TIME.search(line):
-            found.append((float(m.group(1)), 0.0))
-        elif (m := _SCENE_SCORE.search(line)) and found:
-            found[-1] = (found[-1][0], float(m.group(1)))
-    return found
-
-
-def scene_timeline(
-    cuts: list[tuple[float, float]], duration: float, thumbs: list[Path]
-) -> list[dict[str, Any]]:
-    """Scenes from the first frame and the cut frames (pure; tested directly)."""
-    starts = sorted({round(t, 3) for t, _ in cuts if 0 <= t < duration} | {0.0})
-    scores = {round(t, 3): s for t, s in cuts}
-    scenes: list[dict[str, Any]] = []
-    for i, start in enumerate(starts):
-        end = starts[i + 1] if i + 1 < len(starts) else round(duration, 3)
-        scenes.append(
-            {
-                "index": i,
-                "start_sec": start,
-                "end_sec": end,
-                "duration_sec": round(end - start, 3),
-                "cut_score": round(scores.get(start, 0.0), 3) if i else None,
-                "thumbnail_path": str(thumbs[i]) if i < len(thumbs) else None,
-            }
-        )
-    return scenes
-
-
-class DetectScenesExecutor(CachedExecutor):
-    """Shot boundaries with ffmpeg's scene score (`select=gt(scene,T)`), a timeline JSON and a
-    thumbnail per scene. The threshold comes from the payload, else worker.yaml
-    (`capabilities.ffmpeg.scene_detect.threshold`), else 0.4."""
-
-    task_type = DETECT_SCENES
-    capability = "FFMPEG"
-    pausable = True
-
-    def _threshold(self, task: models.Task, ctx: TaskContext) -> float:
-        configured = ctx.backend_config.get("scene_threshold", DEFAULT_SCENE_THRESHOLD)
-        default = float(configured) if isinstance(configured, int | float) else 0.4
-        return outputs.payload_number(task.payload, "threshold", default, low=0.01, high=1)
-
-    def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
-        out_dir = target(ctx, task.payload, "output_dir", "scenes")
-        inputs = {
-            "source": outputs.fingerprint_file(_src(ctx, task)),
-            "t": self._threshold(task, ctx),
-        }
-        return out_dir / "scenes.json", inputs
-
-    async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
-        source = _src(ctx, task)
-        index, inputs = self.locate(task, ctx)
-        out_dir = index.parent
-        threshold = self._threshold(task, ctx)
-        info = await video_info(ctx, source)
-        duration = float(info.duration_sec or 0)
-        lines: list[str] = []
-        tmp = fresh_dir(out_dir)
-        try:
-            select = f"select='eq(n\\,0)+gt(scene\\,{threshold:g})'"
-            await ffmpeg.run(
-                ctx,
-                ["-i", str(source), "-an", "-filter:v",
-                 f"{select},metadata=print:key=lavfi.scene_score,scale=240:-2",
-                 "-fps_mode", "vfr", "-q:v", "4", str(tmp / "scene_%04d.jpg")],
-                what=f"detecting scenes in {source}",
-                duration_sec=duration,
-                span=(0, 95),
-                note="detecting scenes",
-                on_stderr_line=lines.append,
-            )  # fmt: skip
-            swap_dir(tmp, out_dir)
-        finally:
-            discard_dir(tmp)
-        thumbs = sorted(out_dir.glob("scene_*.jpg"))
-        scenes = scene_timeline(parse_scene_log(lines), duration, thumbs)
-        result = {
-            "scenes": scenes,
-            "scene_count": len(scenes),
-            "cuts_sec": [s["start_sec"] for s in scenes[1:]],
-            "threshold": threshold,
-            "method": "ffmpeg-scene",
-            "duration_sec": duration,
-            "timeline_path": str(out_dir / "scenes.json"),
-            "source_path": str(source),
-        }
-        return self.done(ctx, index, inputs, result, f"{len(scenes)} scenes")
-
-
 # --- FINGERPRINT_VIDEO -------------------------------------------------------------------------
 
 
@@ -613,6 +511,5 @@ def executors() -> tuple[TaskExecutor, ...]:
         TranscodeExecutor(),
         GenerateThumbnailExecutor(),
         ExtractFramesExecutor(),
-        DetectScenesExecutor(),
         FingerprintVideoExecutor(),
     )

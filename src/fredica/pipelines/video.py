@@ -25,7 +25,17 @@ from typing import TYPE_CHECKING, Any
 
 from fredica.domain import errors, idempotency, models
 from fredica.domain.spawn import SpawnInput, SpawnPlan
-from fredica.executors import analyze, detect, download, frames, merge, ocr, outputs, video
+from fredica.executors import (
+    analyze,
+    detect,
+    download,
+    frames,
+    merge,
+    ocr,
+    outputs,
+    scenes,
+    video,
+)
 from fredica.pipelines import media
 from fredica.pipelines.request import PipelineRequest
 from fredica.pipelines.templates import BuildContext, Template
@@ -49,7 +59,7 @@ CACHE = {
     DET_MERGE: CP.CHECK_EXISTING,
     video.TRANSCODE: CP.CHECK_EXISTING,
     video.GENERATE_THUMBNAIL: CP.CHECK_EXISTING,
-    video.DETECT_SCENES: CP.CHECK_EXISTING,
+    scenes.DETECT_SCENES: CP.CHECK_EXISTING,
     video.FINGERPRINT_VIDEO: CP.CHECK_EXISTING,
     ANALYZE: CP.NONE,
 }
@@ -59,7 +69,7 @@ READS_SOURCE = frozenset(
         FRAMES,
         video.TRANSCODE,
         video.GENERATE_THUMBNAIL,
-        video.DETECT_SCENES,
+        scenes.DETECT_SCENES,
         video.FINGERPRINT_VIDEO,
     }
 )
@@ -252,8 +262,8 @@ class VideoTemplate(Template):
                 "output_dir": f"thumbnails/{mdir}",
             }
             plan.add("thumbnails", video.GENERATE_THUMBNAIL, thumbs, first)
-            scenes = {**src, **_pick(params, ("threshold",)), "output_dir": f"scenes/{mdir}"}
-            plan.add("scenes", video.DETECT_SCENES, scenes, first)
+            shots = {**src, **_pick(params, ("threshold",)), "output_dir": f"scenes/{mdir}"}
+            plan.add("scenes", scenes.DETECT_SCENES, shots, first)
         return None
 
     def finish(
@@ -574,7 +584,12 @@ TEMPLATES: tuple[tuple[str, str], ...] = (
 
 def register_video(registry: Registry) -> None:
     """Add the video executors and templates to `registry`."""
-    for executor in (*video.executors(), *ocr.executors(), *detect.executors()):
+    for executor in (
+        *video.executors(),
+        scenes.DetectScenesExecutor(),
+        *ocr.executors(),
+        *detect.executors(),
+    ):
         registry.add_executor(executor)
     for name, description in TEMPLATES:
         registry.add_template(VideoTemplate(name, description))
