@@ -111,6 +111,11 @@ def test_detect_objects_finds_the_person_and_the_car(node: ServedNode, tmp_path:
     assert (tracks["person"]["start_sec"], tracks["person"]["end_sec"]) == (0.0, 4.0)
     assert (tracks["car"]["start_sec"], tracks["car"]["end_sec"]) == (2.0, 4.0)
     assert of_type(data, "DETECT_FRAME_BATCH")[0]["backend"] == "yolo-onnx"
+    with node.client() as client:
+        caps = client.get("/api/v1/nodes").json()["nodes"][0]["capabilities"]
+    declared = {(c["function"], c["backend"]) for c in caps}
+    assert {("OCR", "rapidocr"), ("OCR", "tesseract"), ("OBJECT_DETECT", "yolo-onnx")} <= declared
+    assert not any(f == "SUPER_RESOLUTION" for f, _ in declared)
 
 
 def test_fingerprint_transcode_and_overview(node: ServedNode, tmp_path: Path) -> None:

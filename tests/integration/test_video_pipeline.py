@@ -12,6 +12,7 @@ import pytest
 from fredica.domain import errors, models
 from fredica.domain.spawn import SpawnInput
 from fredica.engine.registry import builtin_registry
+from fredica.executors import video as video_exec
 from fredica.pipelines import video
 from fredica.pipelines.request import PipelineRequest
 from fredica.pipelines.templates import BuildContext
@@ -135,3 +136,26 @@ def test_url_sources_download_first_and_bad_params_are_named(clip: Path) -> None
         _build("ocr_video", str(clip), batch_size=0)
     with pytest.raises(errors.InvalidRequest, match="webm"):
         _build("transcode", str(clip), container="webm", video_codec="h264")
+
+
+def test_transcode_arguments_per_backend() -> None:
+    payload = {"video_codec": "hevc", "crf": 28, "height": 720, "container": "mkv"}
+    before, after, encoder = video_exec.transcode_args("ffmpeg-cpu", payload)
+    assert encoder == "libx265" and before == []
+    assert after[after.index("-crf") + 1] == "28" and "scale=-2:720" in after
+    assert after[-2:] == ["-f", "matroska"]
+    _, after, encoder = video_exec.transcode_args("ffmpeg-nvenc", payload)
+    assert encoder == "hevc_nvenc" and after[after.index("-cq") + 1] == "28"
+    before, after, encoder = video_exec.transcode_args("ffmpeg-vaapi", payload)
+    assert encoder == "hevc_vaapi" and before == ["-vaapi_device", "/dev/dri/renderD128"]
+    assert "scale=-2:720,format=nv12,hwupload" in after
+    _, after, encoder = video_exec.transcode_args("ffmpeg-videotoolbox", {"bitrate": "4M"})
+    assert encoder == "h264_videotoolbox" and after[after.index("-b:v") + 1] == "4M"
+    _, after, _ = video_exec.transcode_args(
+        "ffmpeg-cpu", {"container": "webm", "video_codec": "vp9"}
+    )
+    assert after[after.index("-c:a") + 1] == "libopus"
+    with pytest.raises(errors.PayloadError, match="no vp9 encoder"):
+        video_exec.transcode_args("ffmpeg-nvenc", {"container": "webm", "video_codec": "vp9"})
+    with pytest.raises(errors.InvalidRequest, match="no text"):
+        _build("fingerprint", "https://example.org/v.mp4", analyze=True)

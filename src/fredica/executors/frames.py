@@ -63,7 +63,11 @@ def batch_frames(payload: dict[str, Any], data_dir: Path) -> list[Frame]:
         raise errors.PayloadError(f"a batch holds at most {MAX_BATCH_SIZE} frames, got {len(out)}")
     missing = [f.path for f in out if not Path(f.path).is_file()]
     if missing:
-        raise errors.PermanentError(f"{len(missing)} frame file(s) not found, e.g. {missing[0]}")
+        # frames live on the node that extracted them (SOFT affinity): another node may have
+        # them, so this is a RESOURCE error, which excludes this node for the retry
+        raise errors.ResourceError(
+            f"{len(missing)} frame file(s) not on this node, e.g. {missing[0]}", hint="FILE_REMOTE"
+        )
     return out
 
 

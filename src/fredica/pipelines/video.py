@@ -199,6 +199,8 @@ class VideoTemplate(Template):
             ]
         src = {"video_path": None if local is None else str(local)}
         tail = self.lay_out(plan, params, src, first, request)
+        if params.get("analyze", False) and tail is None:
+            raise errors.InvalidRequest(f"params.analyze: {self.name} produces no text to analyse")
         if params.get("analyze", False) and tail is not None:
             custom = params.get("prompt")
             if custom is not None and not isinstance(custom, str):
