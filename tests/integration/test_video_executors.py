@@ -241,6 +241,11 @@ async def test_detection_finds_the_person_and_the_car_and_merge_drops_flickers(
                           {**payload, "classes": ["car"]}, backend="yolo-onnx",
                           backend_config=cfg)  # fmt: skip
     assert {d["label"] for d in only_cars["frames"][0]["detections"]} == {"car"}
+    assert only_cars["model"] == "detector.onnx"
+    ctx = make_context(tmp_path / "x", "DETECT_FRAME_BATCH", {**payload, "model": "yolov8x"},
+                       backend="yolo-onnx", backend_config=cfg)  # fmt: skip
+    with pytest.raises(errors.ResourceError, match="'yolov8x' is not configured here"):
+        await detect.DetectFrameBatchExecutor().execute(ctx.task, ctx)
     # merge: the car on 3 consecutive frames is kept, a person on one frame is a flicker
     car = {"label": "car", "confidence": 0.9, "bbox": [1, 1, 5, 5]}
     person = {"label": "person", "confidence": 0.8, "bbox": [1, 1, 5, 5]}

@@ -184,6 +184,14 @@ class DetectFrameBatchExecutor(TaskExecutor):
                 "(capabilities.object_detect.providers[].model_path)",
                 hint="NO_MODEL",
             )
+        wanted = payload.get("model")
+        if wanted is not None and wanted != Path(model_path).stem:
+            # the seed lets a pipeline name its model; this node has exactly one configured
+            raise errors.ResourceError(
+                f"model {wanted!r} is not configured here (this node runs "
+                f"{Path(model_path).stem!r})",
+                hint="NO_MODEL",
+            )
         mode = payload.get("mode") or "object"
         if mode != "object":
             raise errors.PayloadError(f"payload.mode {mode!r}: only 'object' is supported")

@@ -75,7 +75,7 @@ READS_SOURCE = frozenset(
 )
 FRAME_PARAMS = ("fps", "format", "start_sec", "end_sec")
 OCR_PARAMS = ("mode", "region_hint", "min_confidence")
-DETECT_PARAMS = ("conf_threshold", "classes", "mode")
+DETECT_PARAMS = ("conf_threshold", "classes", "mode", "model")
 TRANSCODE_PARAMS = (
     "video_codec",
     "crf",
