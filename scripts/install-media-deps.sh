@@ -3,7 +3,8 @@
 #   espeak-ng: offline speech synthesis for the media demo and the tests' sample speech (the
 #              demo falls back to a shipped sample without it; the tests require it);
 #   curl, aria2: the http-curl / http-aria2c download backends (detected at start-up);
-#   tesseract-ocr: the OCR fallback of DETECT_HARDCODED_SUBTITLE (and the subtitle tests);
+#   tesseract-ocr: the tesseract OCR backend and the OCR fallback of DETECT_HARDCODED_SUBTITLE
+#              (English data; other languages are the tesseract-ocr-<lang> packages);
 #   libchromaprint-tools: fpcalc, the chromaprint backend of FINGERPRINT_AUDIO;
 #   fonts-dejavu-core: the default font of burned subtitles and the tests' drawtext.
 # Python packages (faster-whisper, the packaged models, imageio-ffmpeg with its ffmpeg binary,

@@ -90,7 +90,14 @@ def ok(text: str) -> probes.RunResult:
 def gpu_desktop() -> FakeMachine:
     return FakeMachine(
         binaries=("nvidia-smi", "ffmpeg", "yt-dlp", "aria2c", "curl", "ollama", "fpcalc"),
-        modules=("faster_whisper", "paddleocr", "ultralytics", "transformers", "realesrgan"),
+        modules=(
+            "faster_whisper",
+            "paddleocr",
+            "ultralytics",
+            "transformers",
+            "realesrgan",
+            "rapidocr",
+        ),
         outputs={
             "nvidia-smi": ok(NVIDIA_SMI),
             "-encoders": ok(ENCODERS),
@@ -282,10 +289,14 @@ def test_gpu_desktop_declarations() -> None:
         ("large-v3",): (95, catalog.AcceleratorKind.GPU),
         ("medium",): (72, catalog.AcceleratorKind.GPU),
     }
-    assert (F.OCR, "paddleocr-gpu") in caps and (F.OCR, "paddleocr-cpu") not in caps
-    assert (F.OBJECT_DETECT, "yolo-gpu") in caps and (F.OBJECT_DETECT, "yolo-cpu") not in caps
+    # installed but without an executor: never declared (DESIGN §4.16)
+    for function, name in ((F.OCR, "paddleocr-gpu"), (F.OBJECT_DETECT, "yolo-gpu"),
+                           (F.SUPER_RESOLUTION, "realesrgan-gpu")):  # fmt: skip
+        assert (function, name) not in caps
+        assert reason(decls, function, name) == "no executor runs this backend yet"
+    assert (F.OCR, "rapidocr") in caps
+    assert "providers[].model_path" in reason(decls, F.OBJECT_DETECT, "yolo-onnx")
     assert (F.TRANSLATE, "nllb-gpu") in caps and (F.TRANSLATE, "nllb-cpu") not in caps
-    assert (F.SUPER_RESOLUTION, "realesrgan-gpu") in caps
     ollama = caps[(F.AI_ANALYZE, "ollama")][0]
     assert ollama.models == ("qwen2.5:7b",) and ollama.score == 80  # < 16 GB VRAM: range low
     assert (F.TRANSLATE, "ollama-translate") in caps
@@ -316,7 +327,7 @@ def test_gpu_desktop_scores_a_transcribe_task_end_to_end() -> None:
     assert choice.score == 105  # 95 + (83-70)x0.4 + 5 (zh, large), quality mode: no load
     ocr = scoring.TaskDemand("OCR_FRAME_BATCH", {"language": "zh"})
     ocr_choice = scoring.best_backend(caps, ocr, node, scoring.LoadInfo())
-    assert ocr_choice is not None and ocr_choice.backend == "paddleocr-gpu"
+    assert ocr_choice is not None and ocr_choice.backend == "rapidocr"
 
 
 def test_cpu_only_nas_declarations() -> None:
@@ -331,9 +342,9 @@ def test_cpu_only_nas_declarations() -> None:
     caps = declared(decls)
     assert caps[(F.FFMPEG, "ffmpeg-cpu")][0].metadata["ffmpeg_source"] == "imageio-ffmpeg"
     assert (F.FFMPEG, "ffmpeg-nvenc") not in caps
-    assert caps[(F.OCR, "paddleocr-cpu")][0].accelerator == catalog.LocalCPU()
+    assert (F.OCR, "paddleocr-cpu") not in caps  # no executor for it yet
     assert (F.TRANSLATE, "nllb-cpu") in caps
-    assert (F.SUPER_RESOLUTION, "realesrgan-ncnn") in caps
+    assert (F.SUPER_RESOLUTION, "realesrgan-ncnn") not in caps
     assert (F.AUDIO_FINGERPRINT, "chromaprint-py") in caps  # no fpcalc: the Python fallback
     assert caps[(F.DOWNLOAD_BILIBILI, "bilibili-ytdlp")][0].accelerator == catalog.LocalNetwork(
         100, "CN", False

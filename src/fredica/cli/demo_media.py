@@ -21,7 +21,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from fredica.cli import demo, remote
+from fredica.cli import demo, remote, video_report
 from fredica.executors import ffmpeg
 
 DEMO_SENTENCES: tuple[str, ...] = (
@@ -165,6 +165,7 @@ def report(console: Console, client: Any, pipeline_id: str) -> int:
         console.print(f"[bold]tags[/bold]: {', '.join(res.get('tags') or [])}")
         for chapter in res.get("chapters") or []:
             console.print(f"  chapter {_fmt_time(chapter['start_sec'])} {chapter['title']}")
+    video_report.print_video_results(console, by_type)
     if data["status"] == "completed":
         console.print(f"pipeline {pipeline_id}: [bold green]completed[/bold green]")
         return 0
@@ -238,6 +239,7 @@ def run_process_command(
     data_dir: Path | None,
     node_url: str | None,
     template: str = "full_process",
+    params: dict[str, Any] | None = None,
 ) -> int:
     """`fredica process <url-or-file>`: run a media template on a source and print the result."""
     if not source.startswith(("http://", "https://", "file://")):
@@ -247,4 +249,7 @@ def run_process_command(
             return 2
         source = str(path.resolve())
     with _node(console, data_dir, node_url) as url:
-        return _run(console, url, {"template": template, "source": source})
+        body: dict[str, Any] = {"template": template, "source": source}
+        if params:
+            body["params"] = params
+        return _run(console, url, body)

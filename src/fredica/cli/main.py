@@ -327,17 +327,49 @@ def demo(
 def process(
     source: Annotated[str, typer.Argument(help="A media file (audio or video) or an URL.")],
     template: Annotated[
-        str, typer.Option(help="full_process, transcribe_long, transcribe_short, ...")
+        str,
+        typer.Option(
+            help="full_process, transcribe_long, transcribe_short, ocr_video, detect_objects, "
+            "fingerprint, transcode, video_overview, transcribe_ocr, ..."
+        ),
     ] = "full_process",
     data_dir: Annotated[
         Path | None, typer.Option(help="Where a node started for the job keeps its state.")
     ] = None,
     node: Annotated[str | None, typer.Option("--node", help="Use this running node.")] = None,
+    param: Annotated[
+        list[str], typer.Option(help="Template parameter key=value (JSON values).")
+    ] = [],  # noqa: B006
 ) -> None:
-    """Process your own media: download if needed, transcribe, analyse; prints the transcript."""
+    """Process your own media with a template (download if needed; transcripts, on-screen text,
+    objects, scenes, fingerprints...) and print what it found."""
     from fredica.cli import demo_media
 
-    raise typer.Exit(demo_media.run_process_command(console, source, data_dir, node, template))
+    raise typer.Exit(
+        demo_media.run_process_command(
+            console, source, data_dir, node, template, _parse_params(param)
+        )
+    )
+
+
+@app.command("fingerprint-compare")
+def fingerprint_compare(
+    first: Annotated[Path, typer.Argument(help="A fingerprint JSON (FINGERPRINT_VIDEO output).")],
+    second: Annotated[Path, typer.Argument(help="Another fingerprint JSON.")],
+) -> None:
+    """How similar two videos are, from their FINGERPRINT_VIDEO results (pHash per second)."""
+    from fredica.executors import video
+
+    try:
+        found = video.compare_fingerprints(_read_json(first), _read_json(second))
+    except (KeyError, TypeError, ValueError) as exc:
+        die(f"not two fingerprint files: {exc}")
+    verdict = "likely the same video" if found["similarity"] >= video.SAME_VIDEO else "different"
+    console.print(
+        f"similarity {found['similarity']:.3f} (mean Hamming distance "
+        f"{found['mean_distance']} of 64 bits over {found['overlap_frames']} frames, "
+        f"shift {found['shift_frames']} frames): {verdict}"
+    )
 
 
 token_app = typer.Typer(help="Publisher tokens for auth.mode: token.", no_args_is_help=True)

@@ -257,6 +257,7 @@ class ProviderConfig(Section):
     hf_token: str = ""
     alass_path: str = ""
     fpcalc_path: str = ""
+    model_path: str = ""  # our addition: a model file (yolo-onnx: the exported .onnx)
     default_scale: Literal[2, 4] | None = None
     tile_size: Annotated[int, at_least(0)] | None = None
     default_mode: Literal["denoise", "dereverberate", "separate", "full"] | None = None

@@ -109,11 +109,13 @@ capabilities:
   ocr:
     enabled: false
     max_concurrent: 2       # frame batches at once
-    providers: []           # auto: paddleocr, rapidocr, surya, easyocr, tesseract
+    providers: []           # auto: rapidocr (models in its wheel), tesseract
   object_detect:
     enabled: false
     max_concurrent: 1
-    providers: []           # auto: yolo-gpu / yolo-cpu / yolo-onnx (ultralytics)
+    providers: []           # yolo-onnx needs its model file (no wheel ships one):
+                            #   - backend: yolo-onnx
+                            #     model_path: /models/yolov8n.onnx
   translate:
     enabled: false
     max_concurrent: 2
@@ -121,7 +123,7 @@ capabilities:
   super_resolution:
     enabled: false
     max_concurrent: 1       # super-resolution needs a lot of VRAM
-    providers: []           # auto: realesrgan-gpu, realesrgan-ncnn
+    providers: []           # no UPSCALE_VIDEO executor yet: nothing is declared
   speech_enhance:
     enabled: false
     max_concurrent: 2

@@ -195,4 +195,12 @@ def _backend_configs(cfg: config.WorkerConfig) -> dict[str, dict[str, Any]]:
                 out.setdefault(str(entry["backend"]), {}).update(
                     {k: v for k, v in entry.items() if v not in (None, "", [])}
                 )
+    # every FFMPEG backend (auto-detected ones too) gets the section's path and scene threshold
+    ff = cfg.capabilities.ffmpeg
+    for name in ("ffmpeg-nvenc", "ffmpeg-videotoolbox", "ffmpeg-vaapi", "ffmpeg-cpu"):
+        entry = out.setdefault(name, {})
+        entry.setdefault("scene_threshold", ff.scene_detect.threshold)
+        entry.setdefault("scene_detect_backend", ff.scene_detect.backend)
+        if ff.ffmpeg_path:
+            entry.setdefault("ffmpeg_path", ff.ffmpeg_path)
     return out

@@ -45,6 +45,7 @@ class Rule:
     gpu: str = ""  # "" | cuda | apple | any
     unless: str = ""  # skip when this backend is already declared (CPU fallback of a GPU one)
     needs_hf_token: bool = False
+    needs_model_path: bool = False  # a model file configured in providers[].model_path
 
 
 _SB, _PA = ("speechbrain",), ("pyannote.audio",)
@@ -68,7 +69,8 @@ RULES: tuple[Rule, ...] = (
     Rule(F.OBJECT_DETECT, "yolo-gpu", K.GPU, modules=("ultralytics",), gpu="cuda"),
     Rule(F.OBJECT_DETECT, "rtdetr-gpu", K.GPU, modules=("ultralytics",), gpu="cuda"),
     Rule(F.OBJECT_DETECT, "yolo-cpu", K.CPU, modules=("ultralytics",), unless="yolo-gpu"),
-    Rule(F.OBJECT_DETECT, "yolo-onnx", K.CPU, all_modules=("ultralytics", "onnxruntime")),
+    # no wheel ships YOLO weights: yolo-onnx runs an exported model the operator configures
+    Rule(F.OBJECT_DETECT, "yolo-onnx", K.CPU, modules=("onnxruntime",), needs_model_path=True),
     Rule(F.TRANSLATE, "nllb-gpu", K.GPU, modules=("transformers",), gpu="cuda"),
     Rule(F.TRANSLATE, "nllb-cpu", K.CPU, modules=("transformers",), unless="nllb-gpu"),
     Rule(F.SUPER_RESOLUTION, "realesrgan-gpu", K.GPU, modules=("realesrgan",), gpu="cuda"),
@@ -136,6 +138,13 @@ def runnable(function: F, backend: str, table: Mapping[F, frozenset[str]] | None
 
 
 _WHISPER = ("faster-whisper", "whisper.cpp")
+# The backends the video executors run (executors/ocr.py, detect.py); the other backends of
+# these functions have no executor yet, so they are never declared (DESIGN §4.16).
+IMPLEMENTED: dict[F, frozenset[str]] = {
+    F.OCR: frozenset({"rapidocr", "tesseract"}),
+    F.OBJECT_DETECT: frozenset({"yolo-onnx"}),
+    F.SUPER_RESOLUTION: frozenset(),
+}
 _GPU_WORDS = {"cuda": "an NVIDIA GPU", "apple": "an Apple GPU", "any": "a GPU"}
 
 
@@ -268,6 +277,8 @@ class _Builder:
         """Declare a backend. A model with its own score becomes its own capability (the
         seed's per-model scores); Whisper backends always split per model because the model
         picks the catalog row and the language column."""
+        if function in IMPLEMENTED and backend not in IMPLEMENTED[function]:
+            return self.skip(function, backend, source, "no executor runs this backend yet")
         meta = {"source": source, **(metadata or {})}
         spec = catalog.spec_for(function, backend, kind)
         if spec is not None and spec.cost_unit:
@@ -291,7 +302,9 @@ class _Builder:
     def skip(self, function: F, backend: str, source: str, reason: str) -> None:
         self.out.append(Declaration(function, backend, False, source, reason))
 
-    def rule_check(self, rule: Rule, hf_token: str, check_gpu: bool = True) -> tuple[bool, str]:
+    def rule_check(
+        self, rule: Rule, hf_token: str, check_gpu: bool = True, model_path: str = ""
+    ) -> tuple[bool, str]:
         """(met, reason) for a detection rule."""
         r = self.report
         found: list[str] = []
@@ -321,6 +334,10 @@ class _Builder:
             missing.append(f">= {min_vram:g} GB VRAM (found {vram:.0f} GB)")
         if rule.needs_hf_token and not hf_token:
             missing.append("speaker_diarize.hf_token")
+        if rule.needs_model_path and not model_path:
+            missing.append("providers[].model_path (no model ships in a wheel)")
+        elif rule.needs_model_path:
+            found.append(f"model {model_path}")
         if missing:
             return False, "missing " + ", ".join(missing)
         return True, ", ".join(found)
@@ -390,7 +407,7 @@ class _Builder:
         ]
         reason = "configured (no probe for this backend: not verified)"
         if rules:
-            met, why = self.rule_check(rules[0], p.hf_token or hf)
+            met, why = self.rule_check(rules[0], p.hf_token or hf, model_path=p.model_path)
             if not met:
                 return self.skip(function, p.backend, "configured", f"configured but {why}")
             reason = f"configured: {why}"

@@ -13,7 +13,7 @@ from fredica.domain import errors
 from fredica.domain.spawn import SpawnHook
 from fredica.executors import network_test
 from fredica.executors.base import TaskExecutor
-from fredica.pipelines import dubbing, media, templates
+from fredica.pipelines import dubbing, media, templates, video
 from fredica.pipelines import subtitles as subtitle_pipelines
 from fredica.pipelines.templates import Template
 
@@ -85,4 +85,5 @@ def builtin_registry() -> Registry:
     media.register_media(registry)
     subtitle_pipelines.register_subtitles(registry)
     dubbing.register_dubbing(registry)
+    video.register_video(registry)
     return registry
