@@ -366,6 +366,22 @@ class _Builder:
             return self.skip(function, p.backend, "configured", NOT_RUNNABLE_REASON)
         return self._configured(key, function, p, section_max, hf)
 
+    def _configured_cloud(
+        self,
+        key: str,
+        function: F,
+        p: sections.ProviderConfig,
+        models: list[tuple[str, int | None]],
+        meta: dict[str, str],
+    ) -> None:
+        refusal = _cloud_refusal(self.cfg, key, function, p)
+        if refusal is not None:
+            return self.skip(function, p.backend, "configured", refusal)
+        if p.cost_per_unit_usd is not None:
+            meta["cost_per_unit_usd"] = f"{p.cost_per_unit_usd:g}"
+        return self.add(function, p.backend, K.CLOUD, "configured", "configured: api_key set",
+                        models=models, score=p.score, metadata=meta)  # fmt: skip
+
     def _configured(
         self, key: str, function: F, p: sections.ProviderConfig, section_max: int, hf: str = ""
     ) -> None:
@@ -374,21 +390,7 @@ class _Builder:
         meta = {"max_concurrent": str(p.max_concurrent or section_max)}
         models = [(m.name, m.score) for m in p.models] or ([(p.model, None)] if p.model else [])
         if K.CLOUD in kinds:
-            rule = self.cfg.cloud_policy.rule_for(function)
-            if not rule.cloud_allowed:
-                return self.skip(function, p.backend, "configured",
-                                 f"cloud_policy.{key}.cloud_allowed is false")  # fmt: skip
-            if rule.allowed_backends and p.backend not in rule.allowed_backends:
-                return self.skip(function, p.backend, "configured",
-                                 f"not in cloud_policy.{key}.allowed_backends")  # fmt: skip
-            if p.backend == "openai-compatible" and not p.endpoint:
-                return self.skip(function, p.backend, "configured", "missing endpoint")
-            if p.backend != "openai-compatible" and not p.api_key:
-                return self.skip(function, p.backend, "configured", "missing api_key")
-            if p.cost_per_unit_usd is not None:
-                meta["cost_per_unit_usd"] = f"{p.cost_per_unit_usd:g}"
-            return self.add(function, p.backend, K.CLOUD, "configured", "configured: api_key set",
-                            models=models, score=p.score, metadata=meta)  # fmt: skip
+            return self._configured_cloud(key, function, p, models, meta)
         if p.accelerator is not None:
             kind = sections.ACCELERATOR_KINDS[p.accelerator]
         elif K.GPU in kinds and (K.CPU not in kinds or self.report.has_gpu("any")):
@@ -415,6 +417,22 @@ class _Builder:
             reason = f"configured: endpoint {p.endpoint or 'default'}"
         self.add(function, p.backend, kind, "configured", reason, models=models, score=p.score,
                  metadata=meta)  # fmt: skip
+
+
+def _cloud_refusal(
+    cfg: config.WorkerConfig, key: str, function: F, p: sections.ProviderConfig
+) -> str | None:
+    """Why a configured cloud provider cannot be declared, or None."""
+    rule = cfg.cloud_policy.rule_for(function)
+    if not rule.cloud_allowed:
+        return f"cloud_policy.{key}.cloud_allowed is false"
+    if rule.allowed_backends and p.backend not in rule.allowed_backends:
+        return f"not in cloud_policy.{key}.allowed_backends"
+    if p.backend == "openai-compatible" and not p.endpoint:
+        return "missing endpoint"
+    if p.backend != "openai-compatible" and not p.api_key:
+        return "missing api_key"
+    return None
 
 
 def _ytdlp_reason(report: probes.ProbeReport) -> tuple[bool, str]:

@@ -180,18 +180,22 @@ def transcode_args(backend: str, payload: dict[str, Any]) -> tuple[list[str], li
             after += ["-pix_fmt", "yuv420p"]
     if filters:
         after += ["-vf", ",".join(filters)]
-    audio_name = payload.get("audio_codec") or ("opus" if default_audio == "libopus" else "aac")
-    audio = AUDIO_CODECS[_choice({"a": audio_name}, "a", "aac", AUDIO_CODECS)]
-    if audio:
-        after += ["-map", "0:a:0?", "-c:a", audio]
-        if audio != "copy":
-            after += ["-b:a", str(payload.get("audio_bitrate") or "128k")]
-    else:
-        after += ["-an"]
+    after += _audio_args(payload, default_audio)
     if container == "mp4":
         after += ["-movflags", "+faststart"]
     after += ["-f", {"mkv": "matroska"}.get(container, container)]
     return before, after, encoder
+
+
+def _audio_args(payload: dict[str, Any], default_audio: str) -> list[str]:
+    audio_name = payload.get("audio_codec") or ("opus" if default_audio == "libopus" else "aac")
+    audio = AUDIO_CODECS[_choice({"a": audio_name}, "a", "aac", AUDIO_CODECS)]
+    if not audio:
+        return ["-an"]
+    args = ["-map", "0:a:0?", "-c:a", audio]
+    if audio != "copy":
+        args += ["-b:a", str(payload.get("audio_bitrate") or "128k")]
+    return args
 
 
 def _quality_args(backend: str, crf: int | None, bitrate: str | None) -> list[str]:
