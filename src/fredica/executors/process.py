@@ -297,24 +297,9 @@ async def run_in_subprocess(
                 msg = await asyncio.to_thread(status_queue.get, True, QUEUE_POLL)
             except queue.Empty:
                 if not child.is_alive() and status_queue.empty():
-                    code = child.exitcode
-                    if code == -signal.SIGKILL:
-                        raise ProcessKilled(
-                            "worker subprocess was killed (SIGKILL, likely out of memory)"
-                        ) from None
-                    raise errors.TransientError(
-                        f"worker subprocess exited with code {code} without a result"
-                    ) from None
+                    raise _child_died(child.exitcode) from None
                 continue
-            kind = msg.get("type")
-            if kind == "progress" and on_progress is not None:
-                on_progress(float(msg.get("pct") or 0), msg.get("note"))
-            elif kind == "pause_request":
-                control.request_pause(str(msg.get("reason") or "requested by task"))
-            elif kind == "resume_request":
-                control.request_resume()
-            elif kind in ("result", "error"):
-                outcome = msg
+            outcome = _handle_message(msg, control, on_progress)
     except BaseException:
         if child.is_alive():
             await _stop_child(child, pid)
@@ -326,6 +311,30 @@ async def run_in_subprocess(
     if outcome["type"] == "error":
         raise error_from_message(outcome)
     return outcome.get("value")
+
+
+def _child_died(code: int | None) -> errors.TaskError:
+    if code == -signal.SIGKILL:
+        return ProcessKilled("worker subprocess was killed (SIGKILL, likely out of memory)")
+    return errors.TransientError(f"worker subprocess exited with code {code} without a result")
+
+
+def _handle_message(
+    msg: dict[str, Any],
+    control: TaskControl,
+    on_progress: Callable[[float, str | None], None] | None,
+) -> dict[str, Any] | None:
+    """Act on one message of the child; returns it when it is the outcome."""
+    kind = msg.get("type")
+    if kind == "progress" and on_progress is not None:
+        on_progress(float(msg.get("pct") or 0), msg.get("note"))
+    elif kind == "pause_request":
+        control.request_pause(str(msg.get("reason") or "requested by task"))
+    elif kind == "resume_request":
+        control.request_resume()
+    elif kind in ("result", "error"):
+        return msg
+    return None
 
 
 async def _stop_child(child: Any, pid: int) -> None:
