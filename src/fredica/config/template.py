@@ -17,7 +17,7 @@ node:
   hostname: ""            # empty: the system hostname, written back on first start
   max_workers: 2          # tasks run in parallel (suggested: at most CPU cores / 2)
   shutdown_grace_sec: 30.0  # on SIGTERM, running work gets this long before release
-  network_region: "CN"    # CN | GLOBAL | UNKNOWN (CN without a proxy never downloads YouTube)
+  network_region: "UNKNOWN"  # CN | GLOBAL | UNKNOWN; CN without a proxy never declares YouTube
   bandwidth_mbps: 100     # downstream bandwidth estimate in Mbps; 0 = unknown
   is_storage_node: false  # true on a NAS: downloads of storage_preference=nas pipelines +20
 
@@ -61,7 +61,7 @@ capabilities:
       pyutil_path: ""       # address of a running fredica-pyutil service (bilibili-pyutil)
       sessdata: ""          # Bilibili cookie SESSDATA (optional; needed for subtitles)
     youtube:
-      enabled: false        # keep off on CN nodes without a proxy
+      enabled: true         # needs yt-dlp; a CN node without a proxy does not declare it
       backend: ""           # "" = auto | youtube-ytdlp
       ytdlp_path: ""        # empty = yt-dlp from PATH or the yt_dlp Python module
       proxy: ""             # e.g. "socks5://127.0.0.1:7890" (sets has_proxy)
