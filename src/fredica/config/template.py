@@ -7,7 +7,7 @@ Values equal the schema defaults in `fredica.config` (a test checks that loading
 from __future__ import annotations
 
 DEFAULT_WORKER_YAML = """\
-# fredica worker.yaml: this node's own configuration (seed 001 §2.4).
+# fredica worker.yaml: this node's own configuration (rules: docs/design.md, docs/capabilities.md).
 # Each machine keeps its own file; nothing is distributed centrally. Keep the timing thresholds
 # of one cluster equal on every node. Check this file with `fredica config check`.
 
@@ -198,7 +198,7 @@ auth:
   mode: "open"            # open (LAN, no check) | token (Bearer tokens; use when exposed)
   access_tokens: []       # managed with `fredica token create`; only sha256 hashes are stored
 
-# -- Hardware scores (seed 001 §2.7.1) ---------------------------------------------------------
+# -- Hardware scores ----------------------------------------------------------------------------
 hardware:
   gpu_score_override: null  # 0-100; null = GPU ladder, then LLM, then VRAM formula
   cpu_score_override: null  # 0-100; null = from the number of logical cores
@@ -206,7 +206,7 @@ hardware:
     enabled: true           # false = skip the LLM and use the VRAM formula
     provider: "auto"        # auto = first usable ai_analyze backend (local first)
 
-# -- Scheduling (seed 001 §2.7.2) ----------------------------------------------------------------
+# -- Scheduling ---------------------------------------------------------------------------------
 scheduling:
   poll_interval_sec: 1.0       # claim loop cadence while work is flowing
   idle_poll_interval_sec: 5.0  # cadence when nothing is ready
