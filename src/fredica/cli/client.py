@@ -3,6 +3,7 @@ without a scheme, and ID prefixes resolved against the node's lists."""
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 from typing import Any, NoReturn
@@ -114,13 +115,20 @@ def resolve_pipeline_id(client: Client, prefix: str) -> str:
     return _resolve("pipeline", prefix, [p["id"] for p in pipelines], describe)
 
 
-def port_in_use(host: str, port: int) -> bool:
-    """True when `host:port` cannot be bound (another process listens there)."""
+def bind_problem(host: str, port: int) -> str | None:
+    """Why `host:port` cannot be listened on (None when it can): busy, not allowed, bad address."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
-        except OSError:
-            return True
-    return False
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return (
+                    f"port {port} on {host} is already in use (another fredica node?); "
+                    "stop that process or pass --port N"
+                )
+            if exc.errno == errno.EACCES:
+                return f"port {port} needs administrator rights; use a port above 1023 (--port N)"
+            return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    return None

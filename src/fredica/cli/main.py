@@ -164,11 +164,9 @@ def _check_port_free(
         config_mod.load_config(cfg_path).api if cfg_path.exists() else config_mod.WorkerConfig().api
     )
     bind_host, bind_port = host or api.host, port or api.port
-    if cli_client.port_in_use(bind_host, bind_port):
-        _die(
-            f"port {bind_port} on {bind_host} is already in use (another fredica node?); "
-            f"stop that process or pass --port N (or set api.port in {cfg_path})"
-        )
+    problem = cli_client.bind_problem(bind_host, bind_port)
+    if problem:
+        _die(f"{problem} (api.host / api.port in {cfg_path})")
 
 
 def _exit_after_graceful_shutdown(signum: int, frame: object) -> None:
