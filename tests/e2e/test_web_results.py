@@ -231,3 +231,25 @@ def test_processing_page_fits_and_names_files(
         _close(page)
     finally:
         _api(node, "DELETE", f"/api/v1/pipelines/{running}")
+
+
+@pytest.mark.parametrize("locale", LOCALES)
+def test_phone_width_dialog_and_tools_fit(chromium: Browser, node: ServedNode, locale: str) -> None:
+    page = _open(chromium, f"{node.url}/processing", locale, SIZES[1])
+    page.locator("#new-pipeline").click()
+    dialog = page.locator("#new-pipeline-dialog")
+    expect(dialog).to_be_visible()
+    dialog.locator("select[name=template]").select_option("transcribe_long")
+    described = "提取音频，检测语言" if locale == "zh-CN" else "Extract audio, detect the language"
+    expect(dialog.locator(".template-desc")).to_contain_text(described)
+    box = dialog.bounding_box()
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= SIZES[1][0]
+    assert dialog.evaluate("el => el.scrollWidth <= el.clientWidth")
+    page.keyboard.press("Escape")
+    page.goto(f"{node.url}/tools")
+    live(page)
+    expect(page.locator("#nettest-start")).to_be_visible()
+    assert page.evaluate(NO_SIDEWAYS), page.evaluate(
+        "[document.documentElement.scrollWidth, innerWidth]"
+    )
+    _close(page)
