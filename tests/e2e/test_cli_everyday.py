@@ -194,3 +194,19 @@ def test_network_test_reports_http_errors_as_errors(served: ServedNode, tmp_path
     assert "error (HTTP 503)" in result.stdout and "ok (HTTP 200)" in result.stdout
     assert "1 URL(s) failed" in result.stderr
     assert result.stdout.endswith("\n")
+
+
+def test_failure_summaries_name_upstream_tasks_by_ref(served: ServedNode, tmp_path: Path) -> None:
+    served.start()
+    tasks = tmp_path / "fail.json"
+    tasks.write_text(
+        json.dumps(
+            [
+                {"ref": "boom", "type": "TEST_FAIL", "payload": {"error_type": "PERMANENT"}},
+                {"ref": "after", "type": "TEST_SLEEP", "depends_on": ["boom"]},
+            ]
+        )
+    )
+    result = served.cli("pipeline", "create", "custom", "--tasks", str(tasks), "-f", check=False)
+    assert result.returncode == 1
+    assert "upstream task boom failed" in result.stdout, result.stdout

@@ -253,3 +253,20 @@ def test_phone_width_dialog_and_tools_fit(chromium: Browser, node: ServedNode, l
         "[document.documentElement.scrollWidth, innerWidth]"
     )
     _close(page)
+
+
+def test_failure_names_the_upstream_task_by_its_ref(chromium: Browser, node: ServedNode) -> None:
+    tasks = [
+        {"ref": "boom", "type": "TEST_FAIL", "payload": {"error_type": "PERMANENT"}},
+        {"ref": "after", "type": "TEST_SLEEP", "depends_on": ["boom"]},
+    ]
+    created = _api(node, "POST", "/api/v1/pipelines", json={"template": "custom", "tasks": tasks})
+    page = _open(chromium, f"{node.url}/pipelines/{created['pipeline_id']}", "en-US", SIZES[0])
+    expect(page.locator(".pipeline-status")).to_have_attribute(
+        "data-status", "failed", timeout=WAIT_MS
+    )
+    page.locator(f"svg.dag g.dag-node[data-task-id='{created['tasks']['after']}']").click()
+    expect(page.locator("pre.error-view")).to_have_text(
+        "upstream task boom failed", timeout=WAIT_MS
+    )
+    _close(page)

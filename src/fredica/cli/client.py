@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import socket
 from typing import Any, NoReturn
 
@@ -19,6 +20,26 @@ DEFAULT_NODE = "http://127.0.0.1:7631"
 TASK_LIST_LIMIT = 100_000
 PIPELINE_LIST_LIMIT = 1000
 FULL_ID_LENGTH = 36  # a UUID with dashes
+
+
+UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
+
+
+def name_task_ids(text: str, pipeline: dict[str, Any]) -> str:
+    """Task UUIDs in `text` replaced by what people know them by: their ref in the pipeline,
+    else their type and short id (e.g. in "upstream task <uuid> failed")."""
+    refs = {v: k for k, v in (pipeline.get("params") or {}).get("refs", {}).items()}
+    types = {t["id"]: t["type"] for t in pipeline.get("tasks") or []}
+
+    def name(match: re.Match[str]) -> str:
+        task_id = match.group(0)
+        if task_id in refs:
+            return str(refs[task_id])
+        if task_id in types:
+            return f"{types[task_id]} {task_id[:8]}"
+        return task_id
+
+    return UUID.sub(name, text)
 
 
 def die(message: str, code: int = 1) -> NoReturn:

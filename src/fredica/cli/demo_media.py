@@ -22,6 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from fredica.cli import client as cli_client
 from fredica.executors import ffmpeg
 
 DEMO_SENTENCES: tuple[str, ...] = (
@@ -173,7 +174,8 @@ def report(console: Console, client: Any, pipeline_id: str) -> int:
     console.print(f"pipeline {pipeline_id}: [bold red]{data['status']}[/bold red]")
     for task in tasks:
         if task["status"] in ("failed", "cancelled") and task.get("error"):
-            console.print(f"  {task['type']}: {task['error_type']}: {task['error']}")
+            error = cli_client.name_task_ids(task["error"], data)
+            console.print(f"  {task['type']}: {task['error_type']}: {error}", highlight=False)
     return 1
 
 

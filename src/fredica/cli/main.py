@@ -276,7 +276,7 @@ def _pipeline_view(data: dict[str, Any]) -> Group:
     for t in data["tasks"]:
         shown = "paused" if t["status"] == "running" and t["is_paused"] else t["status"]
         pct = 100 if t["status"] in ("completed", "skipped") else t["progress"]
-        note = t["error"] or t["progress_note"] or ""
+        note = cli_client.name_task_ids(t["error"] or t["progress_note"] or "", data)
         table.add_row(
             refs.get(t["id"], t["id"][:8]),
             t["type"],
