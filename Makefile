@@ -47,7 +47,7 @@ bench: $(STAMP)
 
 # Refresh the README's screenshots from a run of the browser tests.
 screenshots: $(STAMP) system-deps
-	FREDICA_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/e2e/test_web.py
+	FREDICA_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/e2e/test_web.py tests/e2e/test_web_results.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -415,7 +415,7 @@ def test_recovery_dialog_after_kill9(served: ServedNode, open_page: Callable[...
     # The open page reconnects by itself and asks what to do with the unfinished work
     dialog = page.locator("#recovery-dialog")
     expect(dialog).to_be_visible(timeout=WAIT_MS)
-    expect(dialog.locator("li[data-count=pending]")).to_contain_text("等待开始（pending）")
+    expect(dialog.locator("li[data-count=pending]")).to_contain_text("等待开始：")
     expect(dialog.locator("li[data-count=running_elsewhere]")).to_contain_text("0 个")
     dialog.locator("button[data-recovery=cancel_pending]").click()
     expect(dialog).to_be_hidden()

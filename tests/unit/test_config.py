@@ -36,7 +36,7 @@ def test_defaults_match_the_seed_and_our_additions() -> None:
     cfg = config.WorkerConfig()
     assert (cfg.node.id, cfg.node.hostname, cfg.node.max_workers) == ("", "", 2)
     assert cfg.node.shutdown_grace_sec == 30.0
-    assert (cfg.node.network_region, cfg.node.bandwidth_mbps) == ("CN", 100)
+    assert (cfg.node.network_region, cfg.node.bandwidth_mbps) == ("UNKNOWN", 100)
     assert cfg.node.is_storage_node is False
     c = cfg.cluster
     assert (c.mode, c.seeds, c.cluster_secret) == ("auto", [], "")
@@ -64,7 +64,7 @@ def test_defaults_match_the_seed_and_our_additions() -> None:
         "speaker_diarize": False, "emotion_detect": False, "subtitle_sync": False,
         "audio_fingerprint": True, "tts": True,
     }  # fmt: skip
-    assert caps.download.bilibili.enabled and not caps.download.youtube.enabled
+    assert caps.download.bilibili.enabled and caps.download.youtube.enabled
     assert caps.download.disk_min_free_gb == 20 and caps.download.http.aria2c_connections == 16
     policy = cfg.cloud_policy
     assert policy.transcribe.cloud_allowed and not policy.ocr.cloud_allowed

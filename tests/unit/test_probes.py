@@ -307,7 +307,7 @@ def test_gpu_desktop_declarations() -> None:
         "http-ytdlp",
         "http-curl",
     }
-    assert (F.DOWNLOAD_YOUTUBE, "youtube-ytdlp") not in caps  # disabled by default
+    assert (F.DOWNLOAD_YOUTUBE, "youtube-ytdlp") in caps  # enabled by default, GLOBAL node
     assert "missing python module speechbrain" in reason(
         decls, F.EMOTION_DETECT, "speechbrain-emotion"
     )
@@ -347,7 +347,7 @@ def test_cpu_only_nas_declarations() -> None:
     assert (F.SUPER_RESOLUTION, "realesrgan-ncnn") not in caps
     assert (F.AUDIO_FINGERPRINT, "chromaprint-py") in caps  # no fpcalc: the Python fallback
     assert caps[(F.DOWNLOAD_BILIBILI, "bilibili-ytdlp")][0].accelerator == catalog.LocalNetwork(
-        100, "CN", False
+        100, "UNKNOWN", False
     )
     assert reason(decls, F.OCR, "paddleocr-gpu") == "missing an NVIDIA GPU"
     assert reason(decls, F.TRANSCRIBE, "faster-whisper").startswith("missing python module")
@@ -356,14 +356,14 @@ def test_cpu_only_nas_declarations() -> None:
 def test_youtube_needs_a_proxy_on_cn_nodes() -> None:
     machine = FakeMachine(binaries=("yt-dlp",))
     youtube = {"download": {"youtube": {"enabled": True, "backend": "youtube-ytdlp"}}}
-    cn = config.parse_config({"capabilities": youtube})
+    cn = config.parse_config({"node": {"network_region": "CN"}, "capabilities": youtube})
     decls = declare.declare(cn, machine.report())
     assert (F.DOWNLOAD_YOUTUBE, "youtube-ytdlp") not in declared(decls)
     assert reason(decls, F.DOWNLOAD_YOUTUBE, "youtube-ytdlp") == (
         "network_region is CN and no proxy is configured"
     )
     youtube["download"]["youtube"]["proxy"] = "socks5://127.0.0.1:7890"
-    proxied = config.parse_config({"capabilities": youtube})
+    proxied = config.parse_config({"node": {"network_region": "CN"}, "capabilities": youtube})
     cap = declared(declare.declare(proxied, machine.report()))[
         (F.DOWNLOAD_YOUTUBE, "youtube-ytdlp")
     ]
@@ -412,7 +412,8 @@ def test_whisper_model_fallbacks() -> None:
 
 def test_edge_tts_is_not_declared_on_cn_nodes_without_proxy() -> None:
     machine = FakeMachine(modules=("edge_tts", "kokoro"))
-    cn = declare.declare(config.WorkerConfig(), machine.report())
+    cn_cfg = config.parse_config({"node": {"network_region": "CN"}})
+    cn = declare.declare(cn_cfg, machine.report())
     assert (F.TTS, "edge-tts") not in declared(cn)
     assert [d.reason for d in cn if d.backend == "edge-tts"] == [
         "network_region is CN and no proxy is configured"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from io import StringIO
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -140,3 +140,24 @@ def capabilities_command(
     out.print(table)
     count = sum(1 for d in declarations if d.declared)
     out.print(f"{count} capabilities declared", highlight=False)
+
+
+def remote_capabilities(client: Any, console: Console) -> None:
+    """`fredica capabilities --node`: what the node and its known peers declared."""
+    nodes = client.request("GET", "/api/v1/nodes")["nodes"]
+    for row in nodes:
+        console.print(
+            f"node [bold]{row.get('node_id') or row.get('id')}[/bold] "
+            f"({row.get('hostname') or '-'}, {row.get('address') or '-'}, {row.get('status')})",
+            highlight=False,
+        )
+        table = Table("function", "backend", "accelerator", "models", "score")
+        for cap in row.get("capabilities") or []:
+            table.add_row(
+                str(cap.get("function", "")),
+                str(cap.get("backend", "")),
+                str(cap.get("accelerator", "")),
+                ", ".join(cap.get("models") or []),
+                str(cap.get("score", "")),
+            )
+        console.print(table)

@@ -86,6 +86,9 @@ def spawned_node(data_dir: Path, port: int, log: Path) -> Iterator[str]:
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
+            # Ctrl-C in the terminal reaches only this command, which then decides how the node
+            # stops (a SIGINT to the whole group would start the node's graceful shutdown at once)
+            start_new_session=True,
         )
     try:
         wait_healthy(url, proc)

@@ -15,12 +15,14 @@ import subprocess
 import tempfile
 import wave
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from fredica.cli import client as client_mod
 from fredica.cli import demo, remote, video_report
 from fredica.executors import ffmpeg
 
@@ -172,23 +174,29 @@ def report(console: Console, client: Any, pipeline_id: str) -> int:
     console.print(f"pipeline {pipeline_id}: [bold red]{data['status']}[/bold red]")
     for task in tasks:
         if task["status"] in ("failed", "cancelled") and task.get("error"):
-            console.print(f"  {task['type']}: {task['error_type']}: {task['error']}")
+            error = client_mod.name_task_ids(task["error"], data)
+            console.print(f"  {task['type']}: {task['error_type']}: {error}", highlight=False)
     return 1
 
 
-def _run(
-    console: Console,
-    node_url: str,
-    body: dict[str, Any],
-) -> int:
+def _run(console: Console, node_url: str, body: dict[str, Any], *, owned: bool = False) -> int:
+    """Submit `body` to the node and follow it; `owned`: the node was started for this command."""
     client = remote.Client(node_url)
     try:
-        return _submit(console, client, node_url, body, remote.follow)
+        return _submit(console, client, node_url, body, remote.follow, owned=owned)
     finally:
         client.http.close()
 
 
-def _submit(console: Console, client: Any, node_url: str, body: dict[str, Any], follow: Any) -> int:
+def _submit(
+    console: Console,
+    client: Any,
+    node_url: str,
+    body: dict[str, Any],
+    follow: Any,
+    *,
+    owned: bool = False,
+) -> int:
     names = {t["name"] for t in client.request("GET", "/api/v1/templates").get("templates", [])}
     if body["template"] not in names:
         console.print(
@@ -208,9 +216,39 @@ def _submit(console: Console, client: Any, node_url: str, body: dict[str, Any], 
     created = client.request("POST", "/api/v1/pipelines", json=body)
     pipeline_id = created["pipeline_id"]
     console.print(f"pipeline {pipeline_id}: {body['template']} on {body['source']}")
-    follow(client, pipeline_id)
+    try:
+        follow(client, pipeline_id)
+    except KeyboardInterrupt:
+        return _interrupted(console, client, node_url, pipeline_id, owned)
     console.print()
     return report(console, client, pipeline_id)
+
+
+INTERRUPTED = 130  # the shell's code for "ended by Ctrl-C"
+
+
+def _interrupted(
+    console: Console, client: Any, node_url: str, pipeline_id: str, owned: bool
+) -> int:
+    """Ctrl-C while following: say what happens to the pipeline, and return at once."""
+    console.print()
+    if not owned:
+        console.print(
+            f"interrupted: pipeline {pipeline_id} keeps running on {node_url}; "
+            f"`fredica pipeline show {pipeline_id[:8]} -f --node {node_url}` follows it, "
+            f"`fredica pipeline cancel {pipeline_id[:8]} --node {node_url}` stops it",
+            soft_wrap=True,
+        )
+        return INTERRUPTED
+    # the node was started for this command and stops with it: cancel the pipeline first so its
+    # running tasks end now instead of holding the node's shutdown for the grace period
+    client.request("DELETE", f"/api/v1/pipelines/{pipeline_id}")
+    console.print(
+        f"interrupted: pipeline {pipeline_id} was cancelled and the node started for this "
+        "command is stopping; run the command again to start over",
+        soft_wrap=True,
+    )
+    return INTERRUPTED
 
 
 def run_media_demo(console: Console, data_dir: Path | None, node_url: str | None) -> int:
@@ -229,7 +267,7 @@ def run_media_demo(console: Console, data_dir: Path | None, node_url: str | None
             "language": "auto",
             "params": {"chunk_duration_sec": DEMO_CHUNK_SEC},
         }
-        return _run(console, url, body)
+        return _run(console, url, body, owned=node_url is None)
     return 1
 
 
@@ -240,16 +278,58 @@ def run_process_command(
     node_url: str | None,
     template: str = "full_process",
     params: dict[str, Any] | None = None,
+    options: ProcessOptions | None = None,
 ) -> int:
     """`fredica process <url-or-file>`: run a media template on a source and print the result."""
     if not source.startswith(("http://", "https://", "file://")):
         path = Path(source).expanduser()
-        if not path.is_file():
-            console.print(f"[red]{source}: no such file (give a file path or an http(s) URL)[/red]")
+        problem = _source_problem(path)
+        if problem:
+            console.print(f"[red]error:[/red] {source}: {problem}", highlight=False)
             return 2
         source = str(path.resolve())
+    body: dict[str, Any] = {"template": template, "source": source}
+    fields = (options or ProcessOptions()).request_fields()
+    body["params"] = {**(params or {}), **fields.pop("params", {})}
+    if not body["params"]:
+        del body["params"]
+    body.update(fields)
     with _node(console, data_dir, node_url) as url:
-        body: dict[str, Any] = {"template": template, "source": source}
+        return _run(console, url, body, owned=node_url is None)
+
+
+def _source_problem(path: Path) -> str | None:
+    if path.is_dir():
+        return "is a directory; give one media file (audio or video) or an http(s) URL"
+    if not path.exists():
+        return "no such file (give a media file path or an http(s) URL)"
+    if not path.is_file():
+        return "is not a regular file"
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    return None
+
+
+@dataclass(frozen=True)
+class ProcessOptions:
+    """`fredica process --language --model --chunk`."""
+
+    language: str | None = None
+    model: str | None = None
+    chunk_sec: float | None = None
+
+    def request_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
+        params: dict[str, Any] = {}
+        if self.language:
+            fields["language"] = self.language
+        if self.model:
+            params["model_name"] = self.model
+        if self.chunk_sec is not None:
+            params["chunk_duration_sec"] = self.chunk_sec
         if params:
-            body["params"] = params
-        return _run(console, url, body)
+            fields["params"] = params
+        return fields

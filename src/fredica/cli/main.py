@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fredica import __version__
+from fredica.cli import client as cli_client
 from fredica.cli import remote
 from fredica.cli.remote import STATUS_STYLE, Client, console, die, err_console, pipeline_view
 from fredica.domain import errors
@@ -30,11 +31,29 @@ task_app = typer.Typer(help="Control one task.", no_args_is_help=True)
 app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(task_app, name="task")
 
-DEFAULT_NODE = "http://127.0.0.1:7631"
+DEFAULT_NODE = cli_client.DEFAULT_NODE
 NodeOpt = Annotated[
     str,
-    typer.Option("--node", envvar="FREDICA_NODE", help="URL of the node to talk to."),
+    typer.Option(
+        "--node", envvar="FREDICA_NODE", help="Node to talk to: host:port or http(s)://host:port."
+    ),
 ]
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"fredica {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """fredica: the machines you already own, working as one media processing cluster."""
 
 
 # --- serve ------------------------------------------------------------------------------------
@@ -58,6 +77,7 @@ def serve(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        _check_port_free(config, data_dir, host, port)
         boot = bootstrap.bootstrap(config, data_dir, host, port)
         node = compose.build_node(boot.settings)
         node.lock_data_dir()
@@ -96,6 +116,23 @@ def serve(
     server.run()
     if node.engine.failure is not None:
         raise typer.Exit(1)
+
+
+def _check_port_free(
+    config: Path | None, data_dir: Path | None, host: str | None, port: int | None
+) -> None:
+    """Die naming the busy port before anything (data dir, worker.yaml) is created."""
+    from fredica.config import schema as config_mod
+    from fredica.node import bootstrap
+
+    cfg_path, _ = bootstrap.resolve_paths(config, data_dir)
+    api = (
+        config_mod.load_config(cfg_path).api if cfg_path.exists() else config_mod.WorkerConfig().api
+    )
+    bind_host, bind_port = host or api.host, port or api.port
+    problem = cli_client.bind_problem(bind_host, bind_port)
+    if problem:
+        die(f"{problem} (api.host / api.port in {cfg_path})")
 
 
 def _exit_after_graceful_shutdown(signum: int, frame: object) -> None:
@@ -177,11 +214,13 @@ def pipeline_list(
         params["status"] = status
     data = Client(node).request("GET", "/api/v1/pipelines", params=params)
     table = Table("id", "template", "material", "status", "done/total", "created")
+    table.columns[0].no_wrap = True
+    table.columns[0].min_width = 36
     for p in data["pipelines"]:
         table.add_row(
             p["id"],
             p["template"],
-            p["material_id"],
+            remote.material_name(p),
             Text(p["status"], style=STATUS_STYLE.get(p["status"], "")),
             f"{p['done_tasks']}/{p['total_tasks']}",
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(p["created_at"])),
@@ -198,8 +237,9 @@ def pipeline_show(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON.")] = False,
 ) -> None:
-    """Show a pipeline and its tasks."""
+    """Show a pipeline and its tasks (any unique prefix of its ID works)."""
     client = Client(node)
+    pipeline_id = cli_client.resolve_pipeline_id(client, pipeline_id)
     if follow:
         raise typer.Exit(remote.follow(client, pipeline_id))
     data = client.request("GET", f"/api/v1/pipelines/{pipeline_id}")
@@ -212,13 +252,17 @@ def pipeline_show(
 @pipeline_app.command("cancel")
 def pipeline_cancel(pipeline_id: str, node: NodeOpt = DEFAULT_NODE) -> None:
     """Cancel a pipeline (running tasks are stopped; it ends `cancelled`)."""
-    data = Client(node).request("DELETE", f"/api/v1/pipelines/{pipeline_id}")
+    client = Client(node)
+    pipeline_id = cli_client.resolve_pipeline_id(client, pipeline_id)
+    data = client.request("DELETE", f"/api/v1/pipelines/{pipeline_id}")
     console.print(f"pipeline {pipeline_id}: {data['status']}")
 
 
 # --- tasks --------------------------------------------------------------------------------------
 def _task_action(action: str, task_id: str, node: str) -> None:
-    data = Client(node).request("POST", f"/api/v1/tasks/{task_id}/{action}")
+    client = Client(node)
+    task_id = cli_client.resolve_task_id(client, task_id)
+    data = client.request("POST", f"/api/v1/tasks/{task_id}/{action}")
     paused = " (paused)" if data["is_paused"] else ""
     console.print(f"task {task_id}: {data['status']}{paused}")
 
@@ -255,8 +299,10 @@ def task_skip(task_id: str, node: NodeOpt = DEFAULT_NODE) -> None:
 
 @task_app.command("show")
 def task_show(task_id: str, node: NodeOpt = DEFAULT_NODE) -> None:
-    """Show a task with its events."""
-    console.print_json(data=Client(node).request("GET", f"/api/v1/tasks/{task_id}"))
+    """Show a task with its events (any unique prefix of its ID works)."""
+    client = Client(node)
+    task_id = cli_client.resolve_task_id(client, task_id)
+    console.print_json(data=client.request("GET", f"/api/v1/tasks/{task_id}"))
 
 
 # --- node ---------------------------------------------------------------------------------------
@@ -293,13 +339,28 @@ def network_test_cmd(
     code = remote.follow(client, created["pipeline_id"])
     task = client.request("GET", f"/api/v1/tasks/{created['task_id']}")
     table = Table("URL", "latency", "status")
+    failed = 0
     for row in (task.get("result") or {}).get("results", []):
         latency = "-" if row["latency_ms"] is None else f"{row['latency_ms']} ms"
-        table.add_row(
-            row["url"], latency, row["status"] + (f" ({row['error']})" if row.get("error") else "")
-        )
+        shown = _network_status(row)
+        failed += shown.style == "red"
+        table.add_row(row["url"], latency, shown)
     console.print(table)
-    raise typer.Exit(code)
+    if failed:
+        err_console.print(f"[red]error:[/red] {failed} URL(s) failed")
+    raise typer.Exit(code or (1 if failed else 0))
+
+
+def _network_status(row: dict[str, Any]) -> Text:
+    """ok only for a 2xx/3xx answer; an HTTP 4xx/5xx answer is an error like a timeout."""
+    http_status = row.get("http_status")
+    if row["status"] == "ok" and isinstance(http_status, int) and http_status >= 400:
+        return Text(f"error (HTTP {http_status})", style="red")
+    if row["status"] == "ok":
+        suffix = f" (HTTP {http_status})" if http_status else ""
+        return Text(f"ok{suffix}", style="green")
+    error = f" ({row['error']})" if row.get("error") else ""
+    return Text(f"{row['status']}{error}", style="red")
 
 
 @app.command()
@@ -307,13 +368,17 @@ def demo(
     data_dir: Annotated[
         Path | None, typer.Option(help="Where a node started for the demo keeps its state.")
     ] = None,
-    node: Annotated[str | None, typer.Option("--node", help="Use this running node.")] = None,
+    node: Annotated[
+        str | None, typer.Option("--node", help="Use this running node (host:port or URL).")
+    ] = None,
     engine: Annotated[
         bool, typer.Option("--engine", help="The engine demo (NETWORK_TEST DAG, pause/resume).")
     ] = False,
 ) -> None:
     """Generate a short talking video and run the real media pipeline on it: transcript,
     analysis and subtitles (`--engine`: the task-engine demo instead)."""
+    if node is not None:
+        node = cli_client.normalize_node_url(node)
     if engine:
         from fredica.cli import demo as demo_mod
 
@@ -336,18 +401,34 @@ def process(
     data_dir: Annotated[
         Path | None, typer.Option(help="Where a node started for the job keeps its state.")
     ] = None,
-    node: Annotated[str | None, typer.Option("--node", help="Use this running node.")] = None,
+    node: Annotated[
+        str | None, typer.Option("--node", help="Use this running node (host:port or URL).")
+    ] = None,
     param: Annotated[
         list[str], typer.Option(help="Template parameter key=value (JSON values).")
     ] = [],  # noqa: B006
+    language: Annotated[
+        str | None, typer.Option(help="Spoken language (en, zh, ...; default: detect it).")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Whisper model name (default: chosen per language).")
+    ] = None,
+    chunk: Annotated[
+        float | None,
+        typer.Option(help="Chunk length in seconds for transcribe_long (1-3600).", min=1, max=3600),
+    ] = None,
 ) -> None:
     """Process your own media with a template (download if needed; transcripts, on-screen text,
-    objects, scenes, fingerprints...) and print what it found."""
+    objects, scenes, fingerprints...) and print what it found. Ctrl-C cancels the pipeline when
+    the node was started for this command, and leaves it running on a node given with --node."""
     from fredica.cli import demo_media
 
+    options = demo_media.ProcessOptions(language=language, model=model, chunk_sec=chunk)
+    if node is not None:
+        node = cli_client.normalize_node_url(node)
     raise typer.Exit(
         demo_media.run_process_command(
-            console, source, data_dir, node, template, _parse_params(param)
+            console, source, data_dir, node, template, _parse_params(param), options
         )
     )
 
@@ -431,9 +512,22 @@ def _mount_config_commands() -> None:
     @app.command()
     def capabilities(
         config: Annotated[Path | None, typer.Option(help="worker.yaml to read.")] = None,
+        node: Annotated[
+            str | None,
+            typer.Option(
+                "--node",
+                envvar="FREDICA_NODE",
+                help="Ask this running node (and its peers) instead of probing this machine.",
+            ),
+        ] = None,
     ) -> None:
-        """Show what this node declares it can do, and why."""
-        cli_config.capabilities_command(config)
+        """Show what a node declares it can do. Without --node (or FREDICA_NODE): probe this
+        machine with its worker.yaml and explain every capability; with it: what the running
+        node and the peers it knows have declared."""
+        if node is None:
+            cli_config.capabilities_command(config)
+            return
+        cli_config.remote_capabilities(Client(node), console)
 
 
 _mount_config_commands()

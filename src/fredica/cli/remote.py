@@ -3,19 +3,19 @@ one clear line and an exit code, and the live view of a pipeline (`--follow`, th
 
 from __future__ import annotations
 
-import os
-from typing import Any, NoReturn
+from pathlib import Path
+from typing import Any
 
-import httpx
-import typer
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from fredica.cli import client
+
 console = Console()
-err_console = Console(stderr=True)
+err_console = client.err_console
 
 
 STATUS_STYLE = {
@@ -34,42 +34,19 @@ STATUS_STYLE = {
 TERMINAL_PIPELINE = {"completed", "failed", "cancelled", "partial_failed"}
 
 
-def die(message: str, code: int = 1) -> NoReturn:
-    err_console.print(f"[red]error:[/red] {message}")
-    raise typer.Exit(code)
+die = client.die
+Client = client.Client
+detail = client.detail
 
 
-class Client:
-    """A small synchronous client of a node's `/api/v1`."""
-
-    def __init__(self, base: str, timeout: float = 30.0, token: str | None = None) -> None:
-        self.base = base.rstrip("/")
-        token = token or os.environ.get("FREDICA_TOKEN")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(
-            base_url=self.base, timeout=timeout, trust_env=False, headers=headers
-        )
-
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = self.http.request(method, path, **kwargs)
-        except httpx.ConnectError:
-            die(f"cannot reach a node at {self.base}; is `fredica serve` running?", 2)
-        except httpx.TimeoutException:
-            die(f"the node at {self.base} did not answer in time", 2)
-        if response.status_code == 401:
-            die(f"401: {detail(response)} (set FREDICA_TOKEN to a publisher token)")
-        if response.status_code >= 400:
-            die(f"{response.status_code}: {detail(response)}")
-        return response.json()
-
-
-def detail(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-        return str(body.get("error") or body.get("detail"))
-    except ValueError:
-        return response.text
+def material_name(pipeline: dict[str, Any]) -> str:
+    """What people recognise a pipeline by: the source's file name or URL, else the material."""
+    source = (pipeline.get("params") or {}).get("source")
+    if isinstance(source, str) and source:
+        if source.startswith(("http://", "https://")):
+            return source
+        return Path(source.removeprefix("file://")).name or source
+    return str(pipeline.get("material_id") or "")
 
 
 def pipeline_view(data: dict[str, Any]) -> Group:
@@ -77,7 +54,7 @@ def pipeline_view(data: dict[str, Any]) -> Group:
     head = Text.assemble(
         ("pipeline ", "bold"),
         (data["id"], "bold"),
-        f"  {data['template']}  ",
+        f"  {data['template']}  {material_name(data)}  ",
         (status, STATUS_STYLE.get(status, "")),
         f"  {data['done_tasks']}/{data['total_tasks']} done",
     )
@@ -86,7 +63,7 @@ def pipeline_view(data: dict[str, Any]) -> Group:
     for t in data["tasks"]:
         shown = "paused" if t["status"] == "running" and t["is_paused"] else t["status"]
         pct = 100 if t["status"] in ("completed", "skipped") else t["progress"]
-        note = t["error"] or t["progress_note"] or ""
+        note = client.name_task_ids(t["error"] or t["progress_note"] or "", data)
         table.add_row(
             refs.get(t["id"], t["id"][:8]),
             t["type"],
@@ -98,14 +75,16 @@ def pipeline_view(data: dict[str, Any]) -> Group:
     return Group(head, table)
 
 
-def follow(client: Client, pipeline_id: str) -> int:
+def follow(api: Client, pipeline_id: str) -> int:
     version = 0
-    data = client.request("GET", f"/api/v1/pipelines/{pipeline_id}")
+    data = api.request("GET", f"/api/v1/pipelines/{pipeline_id}")
     with Live(pipeline_view(data), console=console, refresh_per_second=8) as live:
         while data["status"] not in TERMINAL_PIPELINE:
-            version = client.request(
+            version = api.request(
                 "GET", "/api/v1/changes", params={"after": version, "timeout": 2.0}
             )["version"]
-            data = client.request("GET", f"/api/v1/pipelines/{pipeline_id}")
+            data = api.request("GET", f"/api/v1/pipelines/{pipeline_id}")
             live.update(pipeline_view(data))
+    if not console.is_terminal:
+        console.line()  # Live ends its last frame with a newline only on a terminal
     return 0 if data["status"] == "completed" else 1

@@ -75,7 +75,7 @@ class NodeConfig(sections.Section):
     hostname: str = ""
     max_workers: sections.PositiveInt = 2
     shutdown_grace_sec: sections.NonNegFloat = 30.0
-    network_region: Literal["CN", "GLOBAL", "UNKNOWN"] = "CN"
+    network_region: Literal["CN", "GLOBAL", "UNKNOWN"] = "UNKNOWN"
     bandwidth_mbps: sections.NonNegInt = 100
     is_storage_node: bool = False
 

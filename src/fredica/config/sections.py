@@ -421,7 +421,7 @@ class BilibiliDownload(Section):
 
 
 class YoutubeDownload(Section):
-    enabled: bool = False
+    enabled: bool = True
     backend: Literal["", "youtube-ytdlp"] = ""
     ytdlp_path: str = ""
     proxy: str = ""

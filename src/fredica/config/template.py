@@ -7,7 +7,7 @@ Values equal the schema defaults in `fredica.config` (a test checks that loading
 from __future__ import annotations
 
 DEFAULT_WORKER_YAML = """\
-# fredica worker.yaml: this node's own configuration (seed 001 §2.4).
+# fredica worker.yaml: this node's own configuration (rules: docs/design.md, docs/capabilities.md).
 # Each machine keeps its own file; nothing is distributed centrally. Keep the timing thresholds
 # of one cluster equal on every node. Check this file with `fredica config check`.
 
@@ -17,7 +17,7 @@ node:
   hostname: ""            # empty: the system hostname, written back on first start
   max_workers: 2          # tasks run in parallel (suggested: at most CPU cores / 2)
   shutdown_grace_sec: 30.0  # on SIGTERM, running work gets this long before release
-  network_region: "CN"    # CN | GLOBAL | UNKNOWN (CN without a proxy never downloads YouTube)
+  network_region: "UNKNOWN"  # CN | GLOBAL | UNKNOWN; CN without a proxy never declares YouTube
   bandwidth_mbps: 100     # downstream bandwidth estimate in Mbps; 0 = unknown
   is_storage_node: false  # true on a NAS: downloads of storage_preference=nas pipelines +20
 
@@ -61,7 +61,7 @@ capabilities:
       pyutil_path: ""       # address of a running fredica-pyutil service (bilibili-pyutil)
       sessdata: ""          # Bilibili cookie SESSDATA (optional; needed for subtitles)
     youtube:
-      enabled: false        # keep off on CN nodes without a proxy
+      enabled: true         # needs yt-dlp; a CN node without a proxy does not declare it
       backend: ""           # "" = auto | youtube-ytdlp
       ytdlp_path: ""        # empty = yt-dlp from PATH or the yt_dlp Python module
       proxy: ""             # e.g. "socks5://127.0.0.1:7890" (sets has_proxy)
@@ -200,7 +200,7 @@ auth:
   mode: "open"            # open (LAN, no check) | token (Bearer tokens; use when exposed)
   access_tokens: []       # managed with `fredica token create`; only sha256 hashes are stored
 
-# -- Hardware scores (seed 001 §2.7.1) ---------------------------------------------------------
+# -- Hardware scores ----------------------------------------------------------------------------
 hardware:
   gpu_score_override: null  # 0-100; null = GPU ladder, then LLM, then VRAM formula
   cpu_score_override: null  # 0-100; null = from the number of logical cores
@@ -208,7 +208,7 @@ hardware:
     enabled: true           # false = skip the LLM and use the VRAM formula
     provider: "auto"        # auto = first usable ai_analyze backend (local first)
 
-# -- Scheduling (seed 001 §2.7.2) ----------------------------------------------------------------
+# -- Scheduling ---------------------------------------------------------------------------------
 scheduling:
   poll_interval_sec: 1.0       # claim loop cadence while work is flowing
   idle_poll_interval_sec: 5.0  # cadence when nothing is ready

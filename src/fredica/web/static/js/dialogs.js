@@ -119,7 +119,9 @@ export async function openNewPipeline(onCreated) {
   if (!form.elements.tasks.value.trim()) form.elements.tasks.value = CUSTOM_EXAMPLE;
   const syncTemplate = () => {
     const name = select.value;
-    dialog.querySelector(".template-desc").textContent = config.templates[name]?.description || "";
+    // the node describes its templates in English; known ones have a translation here
+    const described = config.templates[name]?.description || "";
+    dialog.querySelector(".template-desc").textContent = t(`template.${name}`, {}, described);
     dialog.querySelector(".field-tasks").hidden = name !== "custom";
   };
   select.onchange = syncTemplate;

@@ -76,6 +76,22 @@ export function typeIcon(type) {
   return "⚙️";
 }
 
+/** What people recognise a source by: a file's name, or the URL without its scheme. */
+export function sourceLabel(source) {
+  const s = String(source ?? "").trim();
+  if (!s) return "";
+  if (/^https?:\/\//i.test(s)) return s.replace(/^https?:\/\//i, "");
+  const path = s.replace(/^file:\/\//i, "").replace(/[\\/]+$/, "");
+  return path.split(/[\\/]/).pop() || s;
+}
+
+const UUID = /\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b/gi;
+
+/** Replace task UUIDs in a message by what `name(id)` returns for them (a ref, a type). */
+export function nameIds(text, name) {
+  return String(text ?? "").replace(UUID, (id) => name(id.toLowerCase()) || id);
+}
+
 export function shortId(id) {
   return id ? String(id).slice(0, 8) : "";
 }

@@ -14,14 +14,17 @@ import {
   formatTime,
   h,
   middleEllipsis,
+  nameIds,
   prettyJson,
   put,
   shortId,
+  sourceLabel,
   statusBadge,
   toast,
   typeIcon,
 } from "./dom.js";
 import { actionButtons, progressBar, updateActions, updateProgress } from "./tasks.js";
+import { findResults, renderResults } from "./results.js";
 
 const DETAIL_REFRESH_MS = 400; // the chosen task's timeline is re-read at most this often
 
@@ -33,6 +36,7 @@ export function renderPipeline(app, pipelineId) {
     refs: new Map(), // task id -> the ref a custom pipeline gave it
     selected: null,
     detailSeq: -1,
+    resultsKey: "", // which completed results the result view shows
   };
   let detailTimer = null;
   let closed = false;
@@ -58,6 +62,7 @@ export function renderPipeline(app, pipelineId) {
       cancelButton.disabled = false;
     }
   });
+  const resultsBox = h("section", { class: "card results", id: "results", hidden: true });
   const dagBox = h("div", { class: "dag-wrap" }, h("p", { class: "muted" }, t("common.loading")));
   const detail = h(
     "div",
@@ -72,6 +77,7 @@ export function renderPipeline(app, pipelineId) {
       h("a", { href: "/processing", "data-link": true, class: "back" }, t("pipeline.back")),
       h("div", { class: "page-head" }, title, status, h("div", { class: "spacer" }), cancelButton),
       meta,
+      resultsBox,
       h(
         "section",
         { class: "card" },
@@ -92,13 +98,47 @@ export function renderPipeline(app, pipelineId) {
     if (!p) return;
     clear(status).append(statusBadge(p.status));
     status.dataset.status = p.status;
+    const name = sourceLabel(p.params?.source);
+    title.textContent = name || `${t("pipeline.title")} ${shortId(pipelineId)}`;
+    title.title = p.params?.source || "";
     meta.textContent = [
       p.template,
-      middleEllipsis(p.material_id, 48),
+      name ? `${t("pipeline.title")} ${shortId(pipelineId)}` : middleEllipsis(p.material_id, 48),
       t("pipeline.tasks_done", { done: p.done_tasks, total: p.total_tasks }),
       formatDateTime(p.created_at),
     ].join(" · ");
     cancelButton.hidden = PIPELINE_TERMINAL.has(p.status) || p.status === "cancelling";
+  }
+
+  /** A task as people know it: its ref in the pipeline, else its type and short id. */
+  function taskName(id) {
+    if (view.refs.get(id)) return view.refs.get(id);
+    const task = view.tasks.get(id);
+    return task ? `${typeName(task.type)} ${shortId(id)}` : null;
+  }
+
+  async function showResults(tasks) {
+    const { transcript, analysis } = findResults(tasks);
+    const key = [transcript, analysis].map((task) => task && `${task.id}:${task.change_seq}`);
+    if (key.join() === view.resultsKey) return;
+    view.resultsKey = key.join();
+    const name = sourceLabel(view.pipeline?.params?.source) || shortId(pipelineId);
+    await renderResults(resultsBox, name, tasks);
+  }
+
+  let resultsTimer = null;
+  function refreshResults() {
+    // change events carry tasks without their results: read the pipeline again, at most 2/s
+    if (resultsTimer) return;
+    resultsTimer = setTimeout(async () => {
+      resultsTimer = null;
+      try {
+        const data = await get(`/api/v1/pipelines/${pipelineId}`);
+        if (!closed) await showResults(data.tasks);
+      } catch (err) {
+        toast(err.message, "error");
+      }
+    }, 500);
   }
 
   function renderDag() {
@@ -184,9 +224,13 @@ export function renderPipeline(app, pipelineId) {
           "li",
           { dataset: { event: event.event_type } },
           h("time", {}, formatTime(event.occurred_at)),
-          h("span", { class: `event event-${event.event_type}` }, event.event_type),
+          h(
+            "span",
+            { class: `event event-${event.event_type}`, title: event.event_type },
+            t(`event.${event.event_type}`, {}, event.event_type),
+          ),
           h("span", { class: "muted" }, event.node_id === task.claimed_by ? "" : event.node_id),
-          h("span", { class: "event-msg" }, event.message || ""),
+          h("span", { class: "event-msg" }, nameIds(event.message || "", taskName)),
         ),
       );
     }
@@ -202,7 +246,7 @@ export function renderPipeline(app, pipelineId) {
           t("task.error"),
           task.error_type ? h("code", { class: "err-type" }, task.error_type) : null,
         ),
-        h("pre", { class: "json error-view" }, task.error),
+        h("pre", { class: "json error-view" }, nameIds(task.error, taskName)),
       );
     }
     if (task.result) {
@@ -255,8 +299,10 @@ export function renderPipeline(app, pipelineId) {
       renderHead();
       if (!view.selected || !view.tasks.has(view.selected)) {
         const running = tasks.find((task) => task.status === "running");
-        view.selected = (running || tasks[0] || {}).id || null;
+        const { transcript, analysis } = findResults(tasks);
+        view.selected = (running || transcript || analysis || tasks[0] || {}).id || null;
       }
+      showResults(tasks);
       renderDag();
       loadDetail();
     } catch (err) {
@@ -285,6 +331,7 @@ export function renderPipeline(app, pipelineId) {
       view.tasks.set(task.id, { ...known, ...task });
       dagChanged = true;
       if (task.id === view.selected && task.change_seq !== view.detailSeq) scheduleDetail();
+      if (task.status === "completed" && task.has_result) refreshResults();
     }
     for (const p of data.pipelines) {
       if (p.id === pipelineId && (!view.pipeline || view.pipeline.change_seq <= p.change_seq)) {
@@ -300,6 +347,7 @@ export function renderPipeline(app, pipelineId) {
     closed = true;
     off();
     clearTimeout(detailTimer);
+    clearTimeout(resultsTimer);
   };
 }
 

@@ -16,6 +16,7 @@ import {
   h,
   middleEllipsis,
   shortId,
+  sourceLabel,
   statusBadge,
   toast,
   typeIcon,
@@ -23,9 +24,19 @@ import {
 import { actionButtons, progressBar, updateActions, updateProgress } from "./tasks.js";
 
 const TASK_LIMIT = 200;
+const TASK_COLUMNS = ["type", "material", "status", "progress", "node", "pipeline", "actions"];
+const PIPELINE_COLUMNS = ["pipeline", "template", "material", "status", "tasks", "created", "actions"];
 const PIPELINE_LIMIT = 20;
 const FILTER_STATUSES = { all: null, running: ["running", "stale"], failed: ["failed"] };
 const RANK = { running: 0, stale: 0, claimed: 1, pending: 2, reclaimed: 2 };
+
+/** Name every cell after its column: narrow screens show rows as cards with these labels. */
+function labelCells(tr, columns) {
+  [...tr.children].forEach((td, i) => {
+    td.dataset.label = t(`col.${columns[i]}`);
+  });
+  return tr;
+}
 
 function counterValues(counts) {
   const c = (k) => counts[k] || 0;
@@ -54,8 +65,26 @@ export function renderProcessing(app) {
     rows: new Map(),
     pipelines: new Map(),
     pipelineRows: new Map(),
+    names: new Map(), // pipeline id -> the source it processes (file path or URL)
     loadToken: 0,
   };
+
+  function taskSource(task) {
+    const payload = task.payload || {};
+    const direct = task.source || payload.source || payload.url || payload.source_url;
+    if (typeof direct === "string" && direct) {
+      if (task.pipeline_id && !view.names.has(task.pipeline_id))
+        view.names.set(task.pipeline_id, direct);
+      return direct;
+    }
+    return view.names.get(task.pipeline_id) || "";
+  }
+
+  function pipelineSource(p) {
+    const source = p.params?.source;
+    if (typeof source === "string" && source) view.names.set(p.id, source);
+    return view.names.get(p.id) || "";
+  }
 
   // --- layout ------------------------------------------------------------------------------
   const clusterSummary = h("span", { class: "cluster-summary muted" });
@@ -131,9 +160,7 @@ export function renderProcessing(app) {
       h(
         "tr",
         {},
-        ...["type", "material", "status", "progress", "node", "pipeline", "actions"].map((c) =>
-          h("th", { class: `col-${c}` }, t(`col.${c}`)),
-        ),
+        ...TASK_COLUMNS.map((c) => h("th", { class: `col-${c}` }, t(`col.${c}`))),
       ),
     ),
     tbody,
@@ -176,9 +203,7 @@ export function renderProcessing(app) {
           h(
             "tr",
             {},
-            ...["pipeline", "template", "material", "status", "tasks", "created", "actions"].map(
-              (c) => h("th", {}, t(`col.${c}`)),
-            ),
+            ...PIPELINE_COLUMNS.map((c) => h("th", {}, t(`col.${c}`))),
           ),
         ),
         pipelineBody,
@@ -240,7 +265,7 @@ export function renderProcessing(app) {
       h("td", { class: "col-actions" }, cells.actions),
     );
     tr._cells = cells;
-    return tr;
+    return labelCells(tr, TASK_COLUMNS);
   }
 
   function updateRow(tr, task) {
@@ -250,9 +275,14 @@ export function renderProcessing(app) {
       h("span", { class: "type-icon", "aria-hidden": "true" }, typeIcon(task.type)),
       h("span", { class: "type-name", title: task.type }, typeName(task.type)),
     );
-    const material = task.source || task.material_id || "";
-    c.material.textContent = middleEllipsis(material, 30);
-    c.material.title = material;
+    const source = taskSource(task);
+    const label = middleEllipsis(source ? sourceLabel(source) : task.material_id || "", 30);
+    clear(c.material).append(
+      task.pipeline_id
+        ? h("a", { href: `/pipelines/${task.pipeline_id}`, "data-link": true }, label)
+        : label,
+    );
+    c.material.title = source || task.material_id || "";
     clear(c.status).append(statusBadge(displayStatus(task)));
     if (task.error && task.status === "failed") c.status.title = task.error;
     updateProgress(c.progress, task);
@@ -345,7 +375,8 @@ export function renderProcessing(app) {
   }
 
   function pipelineOption(p) {
-    return `${p.template} · ${shortId(p.id)} · ${t(`status.${p.status}`)}`;
+    const name = sourceLabel(pipelineSource(p));
+    return `${name ? `${middleEllipsis(name, 32)} · ` : ""}${p.template} · ${shortId(p.id)} · ${t(`status.${p.status}`)}`;
   }
 
   const renderPipelines = frameThrottle(() => {
@@ -387,7 +418,7 @@ export function renderProcessing(app) {
         toast(err.message, "error");
       }
     });
-    return h(
+    const row = h(
       "tr",
       { dataset: { pipelineId: p.id, status: p.status } },
       h(
@@ -396,7 +427,11 @@ export function renderProcessing(app) {
         h("a", { href: `/pipelines/${p.id}`, "data-link": true, class: "mono" }, shortId(p.id)),
       ),
       h("td", {}, p.template),
-      h("td", { title: p.material_id }, middleEllipsis(p.material_id, 28)),
+      h(
+        "td",
+        { class: "col-material", title: pipelineSource(p) || p.material_id },
+        middleEllipsis(sourceLabel(pipelineSource(p)) || p.material_id, 32),
+      ),
       h("td", {}, statusBadge(p.status)),
       h(
         "td",
@@ -413,16 +448,22 @@ export function renderProcessing(app) {
         ),
       ),
       h("td", { class: "muted" }, formatDateTime(p.created_at)),
-      h("td", {}, cancel),
+      h("td", { class: "col-actions" }, cancel),
     );
+    return labelCells(row, PIPELINE_COLUMNS);
   }
 
   async function loadPipelines() {
     try {
       const data = await get(`/api/v1/pipelines?limit=${PIPELINE_LIMIT}`);
       view.pipelines.clear();
-      for (const p of data.pipelines) view.pipelines.set(p.id, p);
+      for (const p of data.pipelines) {
+        view.pipelines.set(p.id, p);
+        pipelineSource(p);
+      }
       renderPipelines();
+      for (const tr of view.rows.values()) tr._seq = -1; // names may be known now
+      renderTasks();
     } catch (err) {
       toast(err.message, "error");
     }
