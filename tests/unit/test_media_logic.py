@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fredica.domain import models
 from fredica.domain.spawn import SpawnInput
-from fredica.executors import audio, extractive, merge
+from fredica.executors import audio, extractive, merge, subtitles
 from fredica.pipelines import media
 from fredica.pipelines.request import PipelineRequest
 from fredica.pipelines.templates import BuildContext
@@ -28,20 +28,21 @@ def test_boundary_repeats_are_dropped_and_time_never_goes_back() -> None:
     chunks = [
         {"index": 0, "segments": [{"start": 0, "end": 4.0, "text": "we split the audio"},
                                   {"start": 4.0, "end": 6.2, "text": "into small chunks"}]},
-        {"index": 1, "segments": [{"start": 6.0, "end": 6.5, "text": "into small chunks"},
+        {"index": 1, "segments": [{"start": 5.0, "end": 6.2, "text": "into small chunks"},
                                   {"start": 6.1, "end": 9.0, "text": "and transcribe each"}]},
     ]  # fmt: skip
-    segments, dropped = merge.merge_segments(chunks)
-    assert dropped == 1
+    merged = merge.merge_segments(chunks)
+    segments = merged.segments
+    assert merged.dropped == 1
     assert [s["text"] for s in segments] == [
         "we split the audio",
         "into small chunks",
         "and transcribe each",
     ]
     assert segments[2]["start"] == 6.2  # clamped to the previous end
-    srt = merge.to_srt(segments)
+    srt = subtitles.to_srt(segments)
     assert "3\n00:00:06,200 --> 00:00:09,000\nand transcribe each" in srt
-    vtt = merge.to_vtt([{"start": 1.5, "end": 2.0, "text": "hi", "speaker": "A"}])
+    vtt = subtitles.to_vtt([{"start": 1.5, "end": 2.0, "text": "hi", "speaker": "A"}])
     assert vtt == "WEBVTT\n\n00:00:01.500 --> 00:00:02.000\n<v A>hi\n"
 
 
@@ -49,7 +50,7 @@ def test_speaker_labels_group_paragraphs() -> None:
     segs = [{"start": 0, "end": 1, "text": "hello", "speaker": "A"},
             {"start": 1, "end": 2, "text": "there", "speaker": "A"},
             {"start": 2, "end": 3, "text": "hi", "speaker": "B"}]  # fmt: skip
-    assert merge.to_txt(segs) == "A: hello there\n\nB: hi\n"
+    assert subtitles.to_txt(segs) == "A: hello there\n\nB: hi\n"
 
 
 def test_extractive_summary_keeps_order_and_finds_topics() -> None:

@@ -1,0 +1,133 @@
+"""Joins reconciled by time, never by substring, and readable subtitle cues (issue 13)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from fredica.executors import merge, subtitles
+
+
+def _words(text: str, start: float, step: float = 0.4) -> list[dict[str, Any]]:
+    return [
+        {"start": round(start + i * step, 3), "end": round(start + i * step + step * 0.8, 3),
+         "word": f" {w}"}
+        for i, w in enumerate(text.split())
+    ]  # fmt: skip
+
+
+def _seg(text: str, start: float, end: float, words: bool = False) -> dict[str, Any]:
+    seg: dict[str, Any] = {"start": start, "end": end, "text": text}
+    if words:
+        seg["words"] = _words(text, start, (end - start) / max(1, len(text.split())))
+    return seg
+
+
+def _texts(chunks: list[dict[str, Any]]) -> list[str]:
+    return [s["text"] for s in merge.merge_segments(chunks).segments]
+
+
+def test_a_short_word_inside_an_earlier_word_is_not_a_repeat() -> None:
+    # "So." after a tail containing "also", "No." after "north": whole words, not substrings
+    chunks = [
+        {"index": 0, "start_sec": 0, "end_sec": 10, "segments": [
+            _seg("We also went to the north", 6.0, 9.8)]},
+        {"index": 1, "start_sec": 10, "end_sec": 20, "segments": [
+            _seg("So.", 10.2, 10.6), _seg("No.", 10.8, 11.1), _seg("It was cold.", 11.3, 12.5)]},
+    ]  # fmt: skip
+    assert _texts(chunks) == ["We also went to the north", "So.", "No.", "It was cold."]
+    # even overlapping in time, a different word is not a repeat
+    assert not merge.is_boundary_duplicate(_seg("So.", 9.5, 9.8), [_seg("we also", 9.0, 9.9)])
+    assert not merge.is_boundary_duplicate(_seg("No.", 9.5, 9.8), [_seg("the north", 9.0, 9.9)])
+
+
+def test_repeated_words_that_do_not_overlap_in_time_are_kept() -> None:
+    chunks = [
+        {"index": 0, "start_sec": 0, "end_sec": 30, "segments": [
+            _seg("Rivers run in the north.", 20.0, 23.0), _seg("In the north.", 26.0, 29.5)]},
+        {"index": 1, "start_sec": 30, "end_sec": 60, "segments": [
+            _seg("In the north.", 30.5, 32.0), _seg("It snows.", 32.5, 33.5)]},
+    ]  # fmt: skip
+    assert _texts(chunks) == [
+        "Rivers run in the north.", "In the north.", "In the north.", "It snows.",
+    ]  # fmt: skip
+
+
+def test_a_repeat_in_time_and_words_is_dropped_and_recorded() -> None:
+    chunks = [
+        {"index": 0, "start_sec": 0, "end_sec": 6.3, "segments": [
+            _seg("we split the audio", 0.0, 4.0), _seg("into small chunks", 4.0, 6.2)]},
+        {"index": 1, "start_sec": 6.3, "end_sec": 12, "segments": [
+            _seg("into small chunks", 4.9, 6.2), _seg("and transcribe each", 6.4, 9.0)]},
+    ]  # fmt: skip
+    merged = merge.merge_segments(chunks)
+    assert [s["text"] for s in merged.segments] == [
+        "we split the audio", "into small chunks", "and transcribe each",
+    ]  # fmt: skip
+    assert merged.dropped == 1
+    assert merged.reconciled == [
+        {"after_chunk": 0, "method": "time and word overlap",
+         "dropped_text": "into small chunks", "at": 4.9},
+    ]  # fmt: skip
+
+
+def test_overlapping_chunks_keep_every_word_once_by_word_timestamps() -> None:
+    # chunk 0 ends at 20.0 inside "bridges" (heard as "bridge."); chunk 1 starts at 17.0
+    spoken = "today there are dams and bridges over the river"
+    words = _words(spoken, 17.2, 0.4)  # 17.2 .. 20.8
+    a_words = [dict(w) for w in words if w["start"] < 20.0]
+    a_words[-1]["word"] = " bridge."  # the cut-off word, as the model heard it
+    a_words[-1]["end"] = 20.0
+    b_words = [dict(w, start=w["start"] + 0.02, end=w["end"] + 0.02) for w in words]
+    chunks = [
+        {"index": 0, "start_sec": 0, "end_sec": 20.0, "segments": [
+            {"start": 15.0, "end": 17.0, "text": "Welcome.", "words": _words("Welcome.", 15.0)},
+            {"start": 17.2, "end": 20.0, "text": "today there are dams and bridge.",
+             "words": a_words}]},
+        {"index": 1, "start_sec": 17.0, "end_sec": 40.0, "segments": [
+            {"start": 17.2, "end": 21.0, "text": spoken, "words": b_words}]},
+    ]  # fmt: skip
+    merged = merge.merge_segments(chunks)
+    text = subtitles.join_text([s["text"] for s in merged.segments])
+    assert text.split() == ["Welcome.", *spoken.split()]  # nothing lost, nothing twice
+    cut = merged.reconciled[0]
+    assert cut["after_chunk"] == 0 and cut["overlap_sec"] == 3.0 and 17.3 <= cut["cut_at"] <= 19.7
+    times = [(s["start"], s["end"]) for s in merged.segments]
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(times))
+
+
+def test_without_a_neighbour_overlap_cut_nothing_is_reconciled() -> None:
+    merged = merge.merge_segments([{"index": 0, "segments": [_seg("Hello there.", 0, 1)]}])
+    assert merged.reconciled == [] and merged.segments[0]["text"] == "Hello there."
+
+
+def test_long_segments_become_cues_of_at_most_7_seconds_and_2_lines() -> None:
+    text = " ".join(f"word{i}" for i in range(60))
+    timed = _seg(text, 10.0, 35.0, words=True)
+    untimed = _seg(text, 40.0, 70.0)
+    for seg in (timed, untimed):
+        cues = subtitles.split_cues([seg])
+        assert len(cues) >= 5
+        assert " ".join(c["text"] for c in cues).split() == text.split()
+        for cue in cues:
+            assert cue["end"] - cue["start"] <= 7.0 + 1e-9
+            assert len(subtitles.wrap_lines(cue["text"])) <= 2
+        assert cues[0]["start"] == seg["start"]
+    srt = subtitles.to_srt([timed])
+    for block in srt.strip().split("\n\n"):
+        assert len(block.splitlines()) <= 4  # number, times, at most two lines
+
+
+def test_cjk_cues_wrap_by_character_width() -> None:
+    text = (
+        "今天我们在家里测试一个媒体集群系统，它把视频切成小段然后转写成文字，最后合并成字幕文件。"
+        * 2
+    )
+    cues = subtitles.split_cues([_seg(text, 0.0, 20.0)])
+    assert "".join(c["text"] for c in cues) == text
+    for cue in cues:
+        lines = subtitles.wrap_lines(cue["text"])
+        assert len(lines) <= 2 and all(len(line) <= subtitles.CJK_LINE_CHARS for line in lines)
+        assert cue["end"] - cue["start"] <= 7.0 + 1e-9
+    assert subtitles.join_text(["你好。", "世界"]) == "你好。世界"
+    assert subtitles.join_text(["Hello.", "World"]) == "Hello. World"
