@@ -11,7 +11,7 @@ import pytest
 
 from fredica.domain import errors
 from fredica.domain.models import CachePolicy
-from fredica.executors import audio, download, merge, transcribe
+from fredica.executors import audio, download, merge, split, transcribe
 from tests.media_support import (
     REFERENCE,
     make_context,
@@ -57,10 +57,10 @@ async def test_split_cuts_in_pauses_with_exact_offsets(
     speech, _ = media
     payload = {"audio_path": str(speech), "chunk_duration_sec": 5, "output_dir": "chunks/m1"}
     ctx = make_context(tmp_path, "SPLIT_AUDIO", payload)
-    result = (await audio.SplitAudioExecutor().execute(ctx.task, ctx)).result_json
+    result = (await split.SplitAudioExecutor().execute(ctx.task, ctx)).result_json
     assert result is not None
     chunks = result["chunks"]
-    assert len(chunks) == 3 and result["split_at"] == "silence"
+    assert len(chunks) == 3 and result["split_at"] == "vad pause"
     offset = 0.0
     for chunk in chunks:
         assert chunk["start_sec"] == pytest.approx(offset, abs=0.002)

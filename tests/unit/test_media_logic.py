@@ -10,18 +10,32 @@ from pathlib import Path
 
 from fredica.domain import models
 from fredica.domain.spawn import SpawnInput
-from fredica.executors import audio, extractive, merge, subtitles
+from fredica.executors import extractive, merge, split, subtitles
 from fredica.pipelines import media
 from fredica.pipelines.request import PipelineRequest
 from fredica.pipelines.templates import BuildContext
 
 
 def test_cuts_land_in_the_pause_nearest_before_each_boundary() -> None:
-    silences = [(2.0, 2.4), (4.1, 4.7), (7.0, 7.2), (8.8, 9.2), (9.5, 9.9)]
-    assert audio.choose_cuts(12.0, 5.0, silences) == [4.4, 9.0]
-    # no pause in reach: cut at the boundary; every chunk stays <= chunk_sec
-    assert audio.choose_cuts(11.0, 5.0, []) == [5.0, 10.0]
-    assert audio.choose_cuts(4.0, 5.0, silences) == []
+    pauses = [(2.0, 2.4), (4.1, 4.7), (7.0, 7.2), (8.8, 9.2), (9.5, 9.9)]
+    cuts = split.plan_cuts(12.0, 5.0, pauses)
+    assert [(c.end_prev, c.start_next, c.method) for c in cuts] == [
+        (4.4, 4.4, "vad pause"),
+        (9.0, 9.0, "vad pause"),
+    ]
+    # no pause in reach: chunks overlap instead; every chunk stays <= chunk_sec
+    cuts = split.plan_cuts(11.0, 5.0, [])
+    assert [(c.end_prev, c.start_next, c.method) for c in cuts] == [
+        (5.0, 3.75, "overlap"),
+        (8.75, 7.5, "overlap"),
+    ]
+    assert split.summarize(cuts) == "overlap"
+    assert split.chunk_spans(11.0, cuts) == [(0.0, 5.0), (3.75, 8.75), (7.5, 11.0)]
+    assert split.plan_cuts(4.0, 5.0, pauses) == []
+    # pauses shorter than MIN_PAUSE_SEC (inside words) are never used
+    assert split.plan_cuts(6.0, 5.0, [(4.5, 4.6)])[0].method == "overlap"
+    mixed = split.plan_cuts(12.0, 5.0, [(4.1, 4.7)])
+    assert split.summarize(mixed) == "mixed" and split.summarize([]) == "none"
 
 
 def test_boundary_repeats_are_dropped_and_time_never_goes_back() -> None:
