@@ -6,6 +6,7 @@ model. Longer talks and more chunk sizes are measured by `python -m bench qualit
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +51,9 @@ async def chunked(
         results.append(r)
     chunks = [
         {"index": i, "start_sec": r["start_sec"], "end_sec": r["end_sec"],
+         "own_start_sec": c["own_start_sec"], "own_end_sec": c["own_end_sec"],
          "segments": [{k: s[k] for k in media.SEGMENT_KEYS if k in s} for s in r["segments"]]}
-        for i, r in enumerate(results)
+        for i, (r, c) in enumerate(zip(results, cut["chunks"], strict=True))
     ]  # fmt: skip
     mctx = make_context(tmp, "MERGE_TRANSCRIPTION", {"chunks": chunks})
     merged = (await merge.MergeTranscriptionExecutor().execute(mctx.task, mctx)).result_json
@@ -91,9 +93,10 @@ async def test_english_chunks_are_as_good_as_the_whole_file(tmp_path: Path, paus
     assert cut["chunk_count"] >= 3
     # honest cut report: pauses found by VAD, or overlap cuts where the speech runs on
     assert cut["split_at"] == ("vad pause" if pauses else "overlap")
-    if not pauses:
-        assert all(c["overlap_before_sec"] > 0 for c in cut["chunks"][1:])
-        assert any(r.get("cut_at") for r in merged["reconciled"])
+    for before, after in itertools.pairwise(cut["chunks"]):  # context: neighbours overlap
+        assert after["start_sec"] < before["own_end_sec"] == after["own_start_sec"]
+        assert before["end_sec"] > after["own_start_sec"]
+    assert len([r for r in merged["reconciled"] if "cut_at" in r]) == cut["chunk_count"] - 1
     assert wer <= whole_wer + 0.01, (merged["text"], whole["text"])
     _check_subtitles(merged)
 

@@ -19,23 +19,26 @@ from fredica.pipelines.templates import BuildContext
 def test_cuts_land_in_the_pause_nearest_before_each_boundary() -> None:
     pauses = [(2.0, 2.4), (4.1, 4.7), (7.0, 7.2), (8.8, 9.2), (9.5, 9.9)]
     cuts = split.plan_cuts(12.0, 5.0, pauses)
-    assert [(c.end_prev, c.start_next, c.method) for c in cuts] == [
-        (4.4, 4.4, "vad pause"),
-        (9.0, 9.0, "vad pause"),
-    ]
-    # no pause in reach: chunks overlap instead; every chunk stays <= chunk_sec
+    assert [(c.at, c.method) for c in cuts] == [(4.4, "vad pause"), (9.0, "vad pause")]
+    # no pause in reach: the cut stays at the boundary, reported as such
     cuts = split.plan_cuts(11.0, 5.0, [])
-    assert [(c.end_prev, c.start_next, c.method) for c in cuts] == [
-        (5.0, 3.75, "overlap"),
-        (8.75, 7.5, "overlap"),
-    ]
+    assert [(c.at, c.method) for c in cuts] == [(5.0, "overlap"), (10.0, "overlap")]
     assert split.summarize(cuts) == "overlap"
-    assert split.chunk_spans(11.0, cuts) == [(0.0, 5.0), (3.75, 8.75), (7.5, 11.0)]
     assert split.plan_cuts(4.0, 5.0, pauses) == []
     # pauses shorter than MIN_PAUSE_SEC (inside words) are never used
     assert split.plan_cuts(6.0, 5.0, [(4.5, 4.6)])[0].method == "overlap"
     mixed = split.plan_cuts(12.0, 5.0, [(4.1, 4.7)])
     assert split.summarize(mixed) == "mixed" and split.summarize([]) == "none"
+
+
+def test_chunk_files_carry_context_beyond_their_cuts() -> None:
+    cuts = split.plan_cuts(100.0, 40.0, [])  # owns 0-40, 40-80, 80-100
+    spans = split.chunk_spans(100.0, cuts, [], context=3.0, min_file=30.0)
+    assert [(s.own_start, s.own_end) for s in spans] == [(0.0, 40.0), (40.0, 80.0), (80.0, 100.0)]
+    assert [(s.start, s.end) for s in spans] == [(0.0, 46.0), (37.0, 83.0), (70.0, 100.0)]
+    # short chunks get a whole Whisper window of audio (here 20 s chunks -> 30 s files)
+    short = split.chunk_spans(60.0, split.plan_cuts(60.0, 20.0, []), [], 3.0, 30.0)
+    assert [(s.start, s.end) for s in short] == [(0.0, 30.0), (15.0, 45.0), (30.0, 60.0)]
 
 
 def test_boundary_repeats_are_dropped_and_time_never_goes_back() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pytest
+
 from fredica.executors import merge, subtitles
 
 
@@ -131,3 +133,57 @@ def test_cjk_cues_wrap_by_character_width() -> None:
         assert cue["end"] - cue["start"] <= 7.0 + 1e-9
     assert subtitles.join_text(["你好。", "世界"]) == "你好。世界"
     assert subtitles.join_text(["Hello.", "World"]) == "Hello. World"
+
+
+def _task(task_type: str, payload: dict[str, Any]) -> Any:
+    import dataclasses
+    import time
+
+    from fredica.domain import models
+
+    values: dict[str, Any] = {f.name: None for f in dataclasses.fields(models.Task)}
+    now = time.time()
+    values.update(
+        id="t1", type=task_type, status=models.TaskStatus.RUNNING, priority=5, depends_on=[],
+        payload=payload, cache_policy=models.CachePolicy.NONE,
+        cloud_preference=models.CloudPreference.AUTO, excluded_nodes=[], retry_count=0,
+        max_retries=0, created_by="n", owner_id="n", owner_epoch=0, progress=0,
+        is_paused=False, is_pausable=True, attempt=1, cancel_requested=False, change_seq=1,
+        created_at=now, updated_at=now,
+    )  # fmt: skip
+    return models.Task(**values)
+
+
+def test_the_selector_records_the_model_the_task_names() -> None:
+    from fredica.capabilities import catalog, scoring
+    from fredica.domain import errors
+    from fredica.engine import backends
+    from fredica.executors import transcribe
+
+    F = catalog.CapabilityFunction
+    cpu = catalog.LocalCPU()
+    selector = backends.BackendSelector(
+        (
+            catalog.Capability(F.TRANSCRIBE, "faster-whisper", cpu, ("tiny.en",), 10),
+            catalog.Capability(F.TRANSCRIBE, "faster-whisper", cpu, ("base",), 15),
+        ),
+        scoring.NodeProfile(cpu_score=50),
+    )
+    for model, language in (("tiny.en", "en"), ("base", "de"), ("base", "auto")):
+        task = _task("TRANSCRIBE_CHUNK", {"model_name": model, "language": language})
+        choice = selector.choose(task, {}, pending=0)
+        # the backend event names the model and device; the executor runs exactly those
+        assert choice.model == model and f"model {model} on cpu" in choice.breakdown
+        assert choice.config["accelerator"] == "cpu"
+        ctx = type("Ctx", (), {"backend": choice.backend, "backend_config": {
+            **choice.config, "model": choice.model}})()  # fmt: skip
+        assert transcribe.run_choice(task, ctx) == ("faster-whisper", model, "cpu")  # type: ignore[arg-type]
+    missing = _task("TRANSCRIBE_CHUNK", {"model_name": "large-v3", "language": "en"})
+    with pytest.raises(errors.ResourceError) as info:  # never recorded as chosen
+        selector.choose(missing, {}, pending=0)
+    assert info.value.hint == "NO_BACKEND"
+    # a backend other than the one the executor can run is refused, never silently replaced
+    task = _task("TRANSCRIBE_CHUNK", {"model_name": "base"})
+    ctx = type("Ctx", (), {"backend": "xunfei-iat-api", "backend_config": {}})()
+    with pytest.raises(errors.PermanentError, match="no executor"):
+        transcribe.run_choice(task, ctx)  # type: ignore[arg-type]

@@ -3,11 +3,11 @@
 The chunks arrive in the payload (the pipeline hook copies each completed chunk's segments,
 with their word timestamps, there), so the merge needs no file from the nodes that transcribed
 them. Joins are reconciled by time, never by comparing strings alone:
-- Where two chunks overlap in audio (SPLIT_AUDIO found no pause near the boundary and cut with
-  an overlap), one cut time is chosen inside the overlap, in the widest gap between the earlier
-  chunk's words; each word is kept from exactly one chunk, the one whose side of the cut its
-  middle falls on. A word cut in half at a chunk's edge is thereby replaced by the neighbour's
-  whole copy of it.
+- Where two chunks overlap in audio (SPLIT_AUDIO gives every chunk context beyond its cuts),
+  one join time is chosen inside the overlap, near SPLIT_AUDIO's cut point (`own_end_sec`), in
+  the widest gap between the words of either chunk; each word is kept from exactly one chunk,
+  the one whose side of the join its middle falls on. A word cut in half at a chunk's audio
+  edge is thereby replaced by the neighbour's whole copy of it.
 - Elsewhere a segment is dropped only when it overlaps the previous chunk's kept segments in
   time (at least half of its duration) AND its words are already there (as whole words: "So."
   is not a repeat of "also"). Every drop and every overlap cut is recorded in the result.
@@ -31,6 +31,7 @@ MERGE_TRANSCRIPTION = "MERGE_TRANSCRIPTION"
 TIME_OVERLAP_SHARE = 0.5  # a repeat must lie at least this share inside the earlier segments
 WORD_OVERLAP_SHARE = 0.8  # ...and this share of its words must already be there
 EDGE_MARGIN_SEC = 0.3  # words this close to a chunk's audio edge may be cut: no cut there
+CUT_SEARCH_SEC = 2.0  # the join is placed within this distance of SPLIT_AUDIO's cut point
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -133,8 +134,13 @@ def _windows(chunks: list[dict[str, Any]], merged: Merged) -> list[tuple[float, 
         a_end, b_start = _end_of(a), float(b.get("start_sec") or 0.0)
         if a_end is None or a_end <= b_start + 0.05:
             continue
+        lo, hi = b_start, a_end
+        owner_cut = a.get("own_end_sec")
+        if owner_cut is not None:  # search near the cut SPLIT_AUDIO chose (a pause, if any)
+            lo = max(lo, float(owner_cut) - CUT_SEARCH_SEC)
+            hi = min(hi, float(owner_cut) + CUT_SEARCH_SEC)
         spans = [(float(w["start"]), float(w["end"])) for w in _words(a) + _words(b)]
-        cut = overlap_cut(spans, b_start, a_end)
+        cut = overlap_cut(spans, lo, hi)
         windows[i] = (windows[i][0], cut)
         windows[i + 1] = (cut, windows[i + 1][1])
         merged.reconciled.append(

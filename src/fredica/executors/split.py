@@ -1,14 +1,21 @@
-"""SPLIT_AUDIO: cut speech into chunks of at most `chunk_duration_sec`, never inside a word.
+"""SPLIT_AUDIO: cut speech into chunks of at most `chunk_duration_sec`, never inside a word,
+each with enough audio around it for Whisper to hear it as well as in the whole file.
 
-Cuts are chosen from where people actually pause, found by voice activity detection: the
+Cut points are chosen from where people actually pause, found by voice activity detection: the
 Silero VAD model bundled with faster-whisper (run in a child process, in windows, so pause and
 cancel stay real), or, on a node without faster-whisper, ffmpeg `silencedetect`. Each cut goes
 into the latest pause of at least MIN_PAUSE_SEC before the nominal boundary (looking back at
-most SEARCH_SHARE of a chunk). Where nobody pauses there, the chunks overlap by OVERLAP_SEC
-instead: the earlier chunk ends at the boundary, the next one starts OVERLAP_SEC before it, and
-MERGE_TRANSCRIPTION keeps each word of the overlap once, by its timestamps. Every cut is
-reported with the method that chose it ("vad pause", "silence" or "overlap"), and `split_at`
-summarises them honestly ("mixed" when they differ).
+most SEARCH_SHARE of a chunk); where nobody pauses there, the cut stays at the boundary
+(method "overlap"). Every cut is reported with the method that chose it ("vad pause",
+"silence" or "overlap"), and `split_at` summarises them honestly ("mixed" when they differ).
+
+A chunk is responsible for the audio between its two cuts (`own_start_sec`..`own_end_sec`,
+at most chunk_duration_sec), but its file carries CONTEXT_SEC more on each side, and more for
+short chunks, up to MIN_FILE_SEC in all: Whisper decodes 30 s windows, and a short clip padded
+with silence is transcribed measurably worse than the same speech inside a full window. The
+neighbours therefore overlap; MERGE_TRANSCRIPTION keeps each word once, from the chunk that owns
+the time of its middle, cutting in the widest gap between words near the cut point, so a word
+spoken across a cut is never cut in half.
 
 Chunks are cut from a 16 kHz mono PCM WAV by sample index (the input is converted first when
 it is anything else), so chunk offsets are exact.
@@ -20,6 +27,7 @@ import asyncio
 import contextlib
 import importlib
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -27,6 +35,7 @@ import shutil
 import uuid
 import wave
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +52,9 @@ DEFAULT_CHUNK_SEC = 600.0
 MAX_CHUNK_SEC = 3600.0
 SEARCH_SHARE = 0.35  # a cut may move back from its nominal boundary by this share of a chunk
 MIN_PAUSE_SEC = 0.3  # shorter gaps can be inside a word (stop consonants) or a breath
-OVERLAP_SEC = 3.0  # chunks overlap by this much where no pause was found (<= a quarter chunk)
+CONTEXT_SEC = 3.0  # audio a chunk's file carries beyond each of its cuts
+MIN_FILE_SEC = 30.0  # a shorter chunk carries more context, up to one Whisper window
+SNAP_SEC = 5.0  # a file edge moves by at most this much to start or end in a pause
 VAD_WINDOW_SEC = 600.0  # VAD runs window by window: progress, pause and cancel in between
 SILENCE_DB = -35.0
 _SILENCE_START = re.compile(r"silence_start:\s*(-?\d+(?:\.\d+)?)")
@@ -52,12 +63,21 @@ _SILENCE_END = re.compile(r"silence_end:\s*(-?\d+(?:\.\d+)?)")
 
 @dataclass(frozen=True, slots=True)
 class Cut:
-    """Where one chunk ends and the next begins (equal unless the chunks overlap)."""
+    """A point where one chunk's responsibility ends and the next one's begins."""
 
-    end_prev: float
-    start_next: float
-    method: str  # "vad pause" | "silence" | "overlap"
+    at: float
+    method: str  # "vad pause" | "silence" | "overlap" (no pause near the boundary)
     pause_sec: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A chunk: the audio in its file (start..end) and the part it owns (own_start..own_end)."""
+
+    start: float
+    end: float
+    own_start: float
+    own_end: float
 
 
 def pauses_between(speech: list[tuple[float, float]], duration: float) -> list[tuple[float, float]]:
@@ -78,10 +98,8 @@ def plan_cuts(
     chunk_sec: float,
     pauses: list[tuple[float, float]],
     method: str = "vad pause",
-    overlap_sec: float = OVERLAP_SEC,
 ) -> list[Cut]:
-    """Cuts so that every chunk is at most `chunk_sec` long (see the module doc). Pure."""
-    overlap = min(overlap_sec, chunk_sec / 4)
+    """Cuts so that every chunk owns at most `chunk_sec` (see the module doc). Pure."""
     usable = [(s, e) for s, e in pauses if e - s >= MIN_PAUSE_SEC]
     cuts: list[Cut] = []
     start = 0.0
@@ -94,14 +112,44 @@ def plan_cuts(
             default=None,
         )
         if best is not None:
-            at = round((best[0] + best[1]) / 2, 3)
-            cuts.append(Cut(at, at, method, round(best[1] - best[0], 3)))
-            start = at
+            cut = Cut(round((best[0] + best[1]) / 2, 3), method, round(best[1] - best[0], 3))
         else:
-            cut = Cut(round(target, 3), round(target - overlap, 3), "overlap")
-            cuts.append(cut)
-            start = cut.start_next
+            cut = Cut(round(target, 3), "overlap")
+        cuts.append(cut)
+        start = cut.at
     return cuts
+
+
+def chunk_spans(
+    duration: float,
+    cuts: list[Cut],
+    pauses: Sequence[tuple[float, float]] = (),
+    context: float = CONTEXT_SEC,
+    min_file: float = MIN_FILE_SEC,
+) -> list[Span]:
+    """Each chunk's file span: its own part plus context on each side, at least `min_file`
+    in all when the audio allows; a file edge moves to a pause within SNAP_SEC, so the model
+    starts listening at the start of a phrase, as it does in the whole file. Pure."""
+    mids = sorted((s + e) / 2 for s, e in pauses if e - s >= MIN_PAUSE_SEC)
+    bounds = [0.0] + [c.at for c in cuts] + [duration]
+    spans: list[Span] = []
+    for own_start, own_end in itertools.pairwise(bounds):
+        extra = max(context * 2, min_file - (own_end - own_start))
+        before = min(own_start, extra / 2)
+        after = min(duration - own_end, extra - before)
+        before = min(own_start, extra - after)  # what the end could not take goes before
+        start = _snap(own_start - before, mids, own_start - before - SNAP_SEC, own_start - 1.0)
+        end = _snap(own_end + after, mids, own_end + 1.0, own_end + after + SNAP_SEC)
+        start = 0.0 if own_start <= 0 else max(0.0, start)
+        end = duration if own_end >= duration else min(duration, end)
+        spans.append(Span(round(start, 3), round(end, 3), own_start, own_end))
+    return spans
+
+
+def _snap(at: float, mids: list[float], low: float, high: float) -> float:
+    """The pause middle in [low, high] nearest to `at`, else `at`."""
+    near = [m for m in mids if low <= m <= high]
+    return min(near, key=lambda m: abs(m - at)) if near else at
 
 
 def summarize(cuts: list[Cut]) -> str:
@@ -175,25 +223,18 @@ def _is_pcm16k(path: Path) -> bool:
         return False
 
 
-def write_chunks(source: Path, out_dir: Path, spans: list[tuple[float, float]]) -> None:
-    """Copy each (start, end) span of a 16 kHz mono WAV into `chunk_NNN.wav` (sample exact)."""
+def write_chunks(source: Path, out_dir: Path, spans: list[Span]) -> None:
+    """Copy each span of a 16 kHz mono WAV into `chunk_NNN.wav` (sample exact)."""
     with wave.open(str(source), "rb") as src:
         params = src.getparams()
-        for i, (start, end) in enumerate(spans):
-            first = round(start * SAMPLE_RATE)
-            last = min(round(end * SAMPLE_RATE), src.getnframes())
+        for i, span in enumerate(spans):
+            first = round(span.start * SAMPLE_RATE)
+            last = min(round(span.end * SAMPLE_RATE), src.getnframes())
             src.setpos(first)
             frames = src.readframes(max(0, last - first))
             with wave.open(str(out_dir / f"chunk_{i:03d}.wav"), "wb") as dst:
                 dst.setparams(params)
                 dst.writeframes(frames)
-
-
-def chunk_spans(duration: float, cuts: list[Cut]) -> list[tuple[float, float]]:
-    """(start, end) of every chunk for a list of cuts. Pure."""
-    starts = [0.0] + [c.start_next for c in cuts]
-    ends = [c.end_prev for c in cuts] + [duration]
-    return list(zip(starts, ends, strict=True))
 
 
 class SplitAudioExecutor(TaskExecutor):
@@ -208,7 +249,7 @@ class SplitAudioExecutor(TaskExecutor):
             "source": outputs.fingerprint_file(source),
             "chunk_duration_sec": task.payload.get("chunk_duration_sec", DEFAULT_CHUNK_SEC),
             "split_at_silence": task.payload.get("split_at_silence", True),
-            "planner": 2,  # chunks cut by an older planner are not reused
+            "planner": 3,  # chunks cut by an older planner are not reused
         }
 
     async def can_skip(self, task: models.Task, ctx: TaskContext) -> dict[str, Any] | None:
@@ -242,10 +283,11 @@ class SplitAudioExecutor(TaskExecutor):
             if duration <= 0:
                 raise errors.PermanentError(f"{source}: no audio to split")
             cuts: list[Cut] = []
+            pauses: list[tuple[float, float]] = []
             if duration > chunk_sec:
                 pauses, method = await self._pauses(ctx, pcm, duration, at_pauses)
                 cuts = plan_cuts(duration, chunk_sec, pauses, method)
-            spans = chunk_spans(duration, cuts)
+            spans = chunk_spans(duration, cuts, pauses)
             await ctx.checkpoint()
             await asyncio.to_thread(write_chunks, pcm, work, spans)
             if pcm.parent == work:
@@ -273,18 +315,19 @@ class SplitAudioExecutor(TaskExecutor):
         chunk_sec: float,
         duration: float,
         cuts: list[Cut],
-        spans: list[tuple[float, float]],
+        spans: list[Span],
     ) -> dict[str, Any]:
         chunks = []
-        for i, (start, end) in enumerate(spans):
+        for i, span in enumerate(spans):
             chunks.append(
                 {
                     "index": i,
                     "path": str(out_dir / f"chunk_{i:03d}.wav"),
-                    "start_sec": round(start, 3),
-                    "duration_sec": round(end - start, 3),
-                    "end_sec": round(end, 3),
-                    "overlap_before_sec": round(cuts[i - 1].end_prev - start, 3) if i else 0.0,
+                    "start_sec": span.start,
+                    "duration_sec": round(span.end - span.start, 3),
+                    "end_sec": span.end,
+                    "own_start_sec": span.own_start,
+                    "own_end_sec": span.own_end,
                 }
             )
         return {
@@ -292,7 +335,7 @@ class SplitAudioExecutor(TaskExecutor):
             "chunk_count": len(chunks),
             "chunk_duration_sec": chunk_sec,
             "total_duration_sec": round(duration, 3),
-            "cut_points": [c.end_prev for c in cuts],
+            "cut_points": [c.at for c in cuts],
             "cuts": [asdict(c) for c in cuts],
             "cut_methods": dict(Counter(c.method for c in cuts)),
             "split_at": summarize(cuts),

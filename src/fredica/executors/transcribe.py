@@ -22,12 +22,13 @@ import importlib.util
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fredica.capabilities import packaged_models
 from fredica.domain import errors, models
-from fredica.executors import outputs
+from fredica.executors import inference_worker, outputs, whisper_pass
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
 from fredica.executors.process import SubprocessReporter
@@ -135,6 +136,12 @@ def _load_model(spec: dict[str, Any]) -> Any:
     return _MODEL_CACHE[key]
 
 
+def _worker_report(load_sec: float) -> dict[str, Any]:
+    """Where the job ran: the process (a resident worker keeps its pid across tasks) and the
+    time spent loading the model for this job (0 when the worker had it loaded)."""
+    return {"worker_pid": os.getpid(), "model_load_sec": round(load_sec, 3)}
+
+
 def _decode(path: str) -> Any:
     decode_audio = importlib.import_module("faster_whisper.audio").decode_audio
     try:
@@ -167,7 +174,9 @@ def combine_detections(windows: list[list[tuple[str, float]]]) -> list[tuple[str
 def detect_in_child(reporter: SubprocessReporter, spec: dict[str, Any]) -> dict[str, Any]:
     """Child process: the language heard across the file (several windows, averaged)."""
     reporter.progress(5, "loading model")
+    loading = time.monotonic()
     model = _load_model(spec)
+    load_sec = time.monotonic() - loading
     if not model.model.is_multilingual:
         # *.en models have no language tokens: they cannot tell languages apart at all.
         raise errors.PermanentError(
@@ -207,57 +216,31 @@ def detect_in_child(reporter: SubprocessReporter, spec: dict[str, Any]) -> dict[
         "method": f"whisper language detection, {len(starts)} window(s) averaged",
         "windows": details,
         "sample_sec": round(min(sample_sec, duration), 3),
+        **_worker_report(load_sec),
     }
 
 
 def transcribe_in_child(reporter: SubprocessReporter, spec: dict[str, Any]) -> dict[str, Any]:
-    """Child process: transcribe one chunk; timestamps shifted by the chunk's start."""
+    """Child process: transcribe one chunk (then repair skipped speech); timestamps shifted
+    by the chunk's start."""
     started = time.monotonic()
     reporter.progress(2, "loading model")
     model = _load_model(spec)
+    load_sec = time.monotonic() - started
     audio = _decode(str(spec["audio_path"]))
     duration = len(audio) / SAMPLE_RATE
-    offset = float(spec["offset_sec"])
-    language = spec.get("language")
-    if language in (None, "", "auto"):
-        language = None
+    if spec.get("language") in ("", "auto"):
+        spec = {**spec, "language": None}
     reporter.progress(5, "transcribing")
+    repaired: list[dict[str, Any]] = []
     try:
-        segments, info = model.transcribe(
-            audio,
-            language=language,
-            initial_prompt=spec.get("initial_prompt") or None,
-            beam_size=int(spec["beam_size"]),
-            vad_filter=bool(spec["vad_filter"]),
-            word_timestamps=bool(spec["word_timestamps"]),
-            condition_on_previous_text=True,
-        )
-        out: list[dict[str, Any]] = []
-        for seg in segments:  # a generator: decoding happens while we iterate
-            reporter.wait_if_paused()
-            end = min(float(seg.end), duration)
-            row: dict[str, Any] = {
-                "start": round(offset + float(seg.start), 3),
-                "end": round(offset + max(end, float(seg.start)), 3),
-                "text": seg.text.strip(),
-                "avg_logprob": round(float(seg.avg_logprob), 4),
-                "no_speech_prob": round(float(seg.no_speech_prob), 4),
-            }
-            if seg.words:
-                row["words"] = [
-                    {
-                        "start": round(offset + w.start, 3),
-                        "end": round(offset + w.end, 3),
-                        "word": w.word,
-                        "probability": round(float(w.probability), 3),
-                    }
-                    for w in seg.words
-                ]
-            out.append(row)
-            if duration > 0:
-                reporter.progress(5 + 94 * min(1.0, end / duration), f"{end:.1f}/{duration:.1f}s")
+        rows, info = whisper_pass.first_pass(model, audio, spec, reporter)
+        if spec["word_timestamps"] and spec.get("repair_gaps", True):
+            reporter.progress(92, "checking for skipped speech")
+            rows, repaired = whisper_pass.repair(model, audio, rows, spec, reporter)
     except MemoryError as exc:
         raise errors.ResourceError("out of memory while transcribing") from exc
+    out = whisper_pass.shifted(rows, float(spec["offset_sec"]))
     elapsed = time.monotonic() - started
     return {
         "segments": out,
@@ -267,6 +250,8 @@ def transcribe_in_child(reporter: SubprocessReporter, spec: dict[str, Any]) -> d
         "duration_sec": round(duration, 3),
         "elapsed_sec": round(elapsed, 3),
         "realtime_factor": round(elapsed / duration, 3) if duration else None,
+        "repaired_gaps": repaired,
+        **_worker_report(load_sec),
     }
 
 
@@ -325,6 +310,27 @@ def _ran(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def infer(
+    ctx: TaskContext, fn: Callable[[Any, dict[str, Any]], dict[str, Any]], spec: dict[str, Any]
+) -> dict[str, Any]:
+    """Run an inference function in the node's resident worker for this model and device
+    (`backend_config["resident"]: false` runs it in a fresh child process instead)."""
+    if ctx.backend_config.get("resident") is False:
+        result: dict[str, Any] = await ctx.run_in_subprocess(fn, spec)
+        return result
+    key = (
+        spec["model_name"],
+        tuple(spec["model_dirs"]),
+        spec["device"],
+        spec["compute_type"],
+        spec["cpu_threads"],
+    )
+    value: dict[str, Any] = await inference_worker.pool().run(
+        key, fn, spec, ctx.control, on_progress=ctx.progress
+    )
+    return value
+
+
 def _audio(task: models.Task, ctx: TaskContext) -> Path:
     path = outputs.payload_str(task.payload, "audio_path")
     assert path is not None
@@ -356,7 +362,7 @@ class DetectLanguageExecutor(TaskExecutor):
             outputs.payload_number(task.payload, "windows", DETECT_WINDOWS, low=1, high=20)
         )
         _tool_event(ctx, spec)
-        result: dict[str, Any] = await ctx.run_in_subprocess(detect_in_child, spec)
+        result: dict[str, Any] = await infer(ctx, detect_in_child, spec)
         result.update(_ran(spec))
         ctx.progress(100, f"language {result['language']}")
         return ExecuteResult(result)
@@ -397,7 +403,7 @@ class TranscribeChunkExecutor(TaskExecutor):
             }
         )
         _tool_event(ctx, spec)
-        result: dict[str, Any] = await ctx.run_in_subprocess(transcribe_in_child, spec)
+        result: dict[str, Any] = await infer(ctx, transcribe_in_child, spec)
         result.update(
             {
                 "chunk_index": int(payload.get("chunk_index", 0)),

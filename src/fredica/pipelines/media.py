@@ -474,6 +474,8 @@ class MediaTemplate(Template):
                 "chunk_index": index,
                 "chunk_start_sec": float(chunk["start_sec"]),
                 "chunk_duration_sec": float(chunk.get("duration_sec", 0)),
+                "own_start_sec": chunk.get("own_start_sec"),
+                "own_end_sec": chunk.get("own_end_sec"),
                 "language": language,
                 "initial_prompt": params.get("initial_prompt"),
             }
@@ -522,6 +524,8 @@ class MediaTemplate(Template):
                         "task_id": t.id,
                         "start_sec": r.get("start_sec", t.payload.get("chunk_start_sec", 0)),
                         "end_sec": r.get("end_sec"),
+                        "own_start_sec": t.payload.get("own_start_sec"),
+                        "own_end_sec": t.payload.get("own_end_sec"),
                         "language": r.get("language"),
                         "segments": [
                             {k: s[k] for k in SEGMENT_KEYS if k in s}

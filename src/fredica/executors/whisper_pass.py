@@ -1,0 +1,150 @@
+"""One faster-whisper pass over a chunk, and the repair of speech the model skipped.
+
+Whisper sometimes jumps over speech: on speech without pauses its timestamp tokens can run
+ahead, so a 20 s stretch gets no words at all (seen here: 87-108 s of a run-on talk missing
+from one chunk while the whole-file run had it). After the first pass, the chunk's speech
+regions (Silero VAD, bundled with faster-whisper) are compared with the words' timestamps;
+every stretch of speech of at least MIN_GAP_SEC without a word is transcribed again on its own
+(with the text before it as prompt) and its words are inserted. What was repaired is reported.
+Runs in the inference worker (child process); times here are relative to the chunk.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+SAMPLE_RATE = 16_000
+MIN_GAP_SEC = 3.0  # speech this long without a single word was skipped, not mumbled
+REPAIR_PAD_SEC = 0.5  # audio on each side of a gap given to the repair pass for context
+PROMPT_CHARS = 200
+
+
+def uncovered(
+    speech: list[tuple[float, float]], words: list[tuple[float, float]], min_gap: float
+) -> list[tuple[float, float]]:
+    """Stretches of speech of at least `min_gap` seconds that no word overlaps. Pure."""
+    out: list[tuple[float, float]] = []
+    spans = sorted(words)
+    for s_start, s_end in speech:
+        at = s_start
+        for w_start, w_end in spans:
+            if w_end <= at or w_start >= s_end:
+                continue
+            if w_start - at >= min_gap:
+                out.append((round(at, 3), round(w_start, 3)))
+            at = max(at, w_end)
+        if s_end - at >= min_gap:
+            out.append((round(at, 3), round(s_end, 3)))
+    return out
+
+
+def _rows(segments: Any, shift: float, duration: float, reporter: Any) -> list[dict[str, Any]]:
+    """Segments of a faster-whisper generator as dicts (times + `shift`), checking pause and
+    cancel between segments (decoding happens while the generator is consumed)."""
+    out: list[dict[str, Any]] = []
+    for seg in segments:
+        reporter.wait_if_paused()
+        start = shift + float(seg.start)
+        row: dict[str, Any] = {
+            "start": start,
+            "end": max(start, shift + min(float(seg.end), duration)),
+            "text": seg.text.strip(),
+            "avg_logprob": round(float(seg.avg_logprob), 4),
+            "no_speech_prob": round(float(seg.no_speech_prob), 4),
+        }
+        if seg.words:
+            row["words"] = [
+                {
+                    "start": shift + float(w.start),
+                    "end": shift + float(w.end),
+                    "word": w.word,
+                    "probability": round(float(w.probability), 3),
+                }
+                for w in seg.words
+            ]
+        out.append(row)
+        if duration > 0:
+            reporter.progress(5 + 85 * min(1.0, row["end"] / duration), f"{row['end']:.1f}s")
+    return out
+
+
+def first_pass(model: Any, audio: Any, spec: dict[str, Any], reporter: Any) -> tuple[Any, Any]:
+    """(rows, info) of the chunk transcribed as a whole."""
+    segments, info = model.transcribe(
+        audio,
+        language=spec.get("language") or None,
+        initial_prompt=spec.get("initial_prompt") or None,
+        beam_size=int(spec["beam_size"]),
+        vad_filter=bool(spec["vad_filter"]),
+        word_timestamps=bool(spec["word_timestamps"]),
+        condition_on_previous_text=True,
+    )
+    return _rows(segments, 0.0, len(audio) / SAMPLE_RATE, reporter), info
+
+
+def speech_regions(audio: Any) -> list[tuple[float, float]]:
+    vad = importlib.import_module("faster_whisper.vad")
+    options = vad.VadOptions(min_silence_duration_ms=500, speech_pad_ms=30)
+    return [
+        (s["start"] / SAMPLE_RATE, s["end"] / SAMPLE_RATE)
+        for s in vad.get_speech_timestamps(audio, options)
+    ]
+
+
+def _prompt_before(rows: list[dict[str, Any]], at: float) -> str:
+    words = [w for r in rows for w in r.get("words") or [] if float(w["end"]) <= at]
+    text = " ".join("".join(str(w["word"]) for w in words).split())
+    return text[-PROMPT_CHARS:]
+
+
+def repair(
+    model: Any, audio: Any, rows: list[dict[str, Any]], spec: dict[str, Any], reporter: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rows with skipped speech transcribed and inserted, what was repaired)."""
+    duration = len(audio) / SAMPLE_RATE
+    spans = [(float(w["start"]), float(w["end"])) for r in rows for w in r.get("words") or []]
+    gaps = uncovered(speech_regions(audio), spans, MIN_GAP_SEC)
+    repaired: list[dict[str, Any]] = []
+    for start, end in gaps:
+        reporter.wait_if_paused()
+        lo, hi = max(0.0, start - REPAIR_PAD_SEC), min(duration, end + REPAIR_PAD_SEC)
+        segments, _ = model.transcribe(
+            audio[int(lo * SAMPLE_RATE) : int(hi * SAMPLE_RATE)],
+            language=spec.get("language") or None,
+            initial_prompt=_prompt_before(rows, start) or None,
+            beam_size=int(spec["beam_size"]),
+            word_timestamps=True,
+        )
+        found = []
+        for row in _rows(segments, lo, duration, reporter):
+            words = [w for w in row.get("words") or [] if start <= _mid(w) < end]
+            if words:
+                text = "".join(str(w["word"]) for w in words).strip()
+                found.append({**row, "words": words, "text": text,
+                              "start": words[0]["start"], "end": words[-1]["end"]})  # fmt: skip
+        rows = sorted([*rows, *found], key=lambda r: float(r["start"]))
+        repaired.append({"start": start, "end": end, "words": sum(len(r["words"]) for r in found)})
+    return rows, repaired
+
+
+def _mid(word: dict[str, Any]) -> float:
+    return (float(word["start"]) + float(word["end"])) / 2
+
+
+def shifted(rows: list[dict[str, Any]], offset: float) -> list[dict[str, Any]]:
+    """Rows with absolute times (chunk offset added), rounded to milliseconds."""
+    out = []
+    for row in rows:
+        new = {
+            **row,
+            "start": round(offset + row["start"], 3),
+            "end": round(offset + row["end"], 3),
+        }
+        if row.get("words"):
+            new["words"] = [
+                {**w, "start": round(offset + w["start"], 3), "end": round(offset + w["end"], 3)}
+                for w in row["words"]
+            ]
+        out.append(new)
+    return out
