@@ -187,3 +187,29 @@ def test_the_selector_records_the_model_the_task_names() -> None:
     ctx = type("Ctx", (), {"backend": "xunfei-iat-api", "backend_config": {}})()
     with pytest.raises(errors.PermanentError, match="no executor"):
         transcribe.run_choice(task, ctx)  # type: ignore[arg-type]
+
+
+def test_speech_the_model_skipped_is_found_and_words_in_silence_are_dropped() -> None:
+    from fredica.executors import whisper_pass
+
+    speech = [(0.0, 30.0), (31.0, 40.0)]
+    words = [(0.2, 0.5), (0.6, 9.0), (29.0, 29.5), (31.5, 39.0)]
+    # 9.0-29.0 is speech without a word: skipped; 39-40 and the pause are not (too short)
+    assert whisper_pass.uncovered(speech, words, 3.0) == [(9.0, 29.0)]
+    assert whisper_pass.uncovered(speech, [(0.0, 40.0)], 3.0) == []
+    rows = [
+        {"start": 0.0, "end": 2.0, "text": "Hello there.",
+         "words": [{"start": 0.0, "end": 1.0, "word": " Hello"},
+                   {"start": 1.0, "end": 2.0, "word": " there."}]},
+        {"start": 40.5, "end": 42.0, "text": "Thank you.",  # hallucinated in the silence
+         "words": [{"start": 40.5, "end": 41.0, "word": " Thank"},
+                   {"start": 41.0, "end": 42.0, "word": " you."}]},
+        {"start": 35.0, "end": 41.5, "text": "Rivers run. Bye.",
+         "words": [{"start": 35.0, "end": 36.0, "word": " Rivers"},
+                   {"start": 36.0, "end": 37.0, "word": " run."},
+                   {"start": 41.0, "end": 41.5, "word": " Bye."}]},
+        {"start": 3.0, "end": 4.0, "text": "untimed"},
+    ]  # fmt: skip
+    kept, dropped = whisper_pass.drop_silent_words(rows, speech)
+    assert [r["text"] for r in kept] == ["Hello there.", "Rivers run.", "untimed"]
+    assert kept[1]["end"] == 37.0 and dropped == ["Thank", "you.", "Bye."]

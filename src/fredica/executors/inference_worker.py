@@ -9,8 +9,10 @@ since each task holds one). Jobs are module-level functions `fn(reporter, spec)`
 Task signals stay real:
 - pause stops the worker's process group (SIGSTOP) at once; resume continues it (SIGCONT);
 - cancel asks the job to stop (it checks between segments and windows) and, if it has not
-  stopped within CANCEL_GRACE_SEC, kills the worker: the job dies, never the node; the next
-  job gets the same worker when the job stopped in time, else a new one;
+  stopped within CANCEL_GRACE_SEC, kills the worker: the job dies, never the node. The next
+  job gets the same worker when the job stopped in time; otherwise a replacement, started at
+  once and already loading the model (a Whisper window is decoded in one native call that
+  cannot be interrupted, so a job deep in one may need the kill);
 - a worker that dies (crash, OOM killer) fails only its current job and is replaced on the
   next one; workers idle for longer than IDLE_EVICT_SEC exit (their memory goes back), and at
   most MAX_WORKERS stay resident (the least recently used idle one leaves first).
@@ -55,20 +57,24 @@ class WorkerReporter:
         self._conn = conn
         self._resume = resume
         self._cancel = cancel
+        self.job = 0
+
+    def send(self, message: dict[str, Any]) -> None:
+        self._conn.send({**message, "job": self.job})
 
     def progress(self, pct: float, note: str | None = None) -> None:
-        self._conn.send({"type": "progress", "pct": pct, "note": note})
+        self.send({"type": "progress", "pct": pct, "note": note})
 
     def request_pause(self, reason: str, wait: bool = True) -> None:
         """Ask to pause: clear first, then send, then wait (seed 000 ordering)."""
         self._resume.clear()
-        self._conn.send({"type": "pause_request", "reason": reason})
+        self.send({"type": "pause_request", "reason": reason})
         if wait:
             self._resume.wait()
 
     def request_resume(self) -> None:
         self._resume.set()
-        self._conn.send({"type": "resume_request"})
+        self.send({"type": "resume_request"})
 
     def wait_if_paused(self, timeout: float | None = None) -> bool:
         """Block while paused; raise TaskCancelled if the job was cancelled."""
@@ -121,14 +127,14 @@ def _worker_main(conn: Any, resume: Any, cancel: Any) -> None:
             return
         if job is None:
             return
-        fn, spec = job
+        reporter.job, fn, spec = job
         try:
             value = fn(reporter, spec)
         except BaseException as exc:
             message = _error_message(exc)
         else:
             message = {"type": "result", "value": value}
-        conn.send(message)
+        reporter.send(message)
 
 
 @dataclass(eq=False)
@@ -143,6 +149,8 @@ class Worker:
     busy: bool = False
     last_used: float = field(default_factory=time.monotonic)
     jobs: int = 0
+    current: int = 0  # id of the job whose messages are awaited
+    warm: tuple[Callable[[Any, dict[str, Any]], Any], dict[str, Any]] | None = None
 
     @property
     def pid(self) -> int:
@@ -170,11 +178,15 @@ class InferencePool:
         spec: dict[str, Any],
         control: TaskControl,
         on_progress: Callable[[float, str | None], None] | None = None,
+        warm: Callable[[Any, dict[str, Any]], Any] | None = None,
     ) -> Any:
-        """Run `fn(reporter, spec)` in a worker for `key`; TaskErrors come back as raised."""
+        """Run `fn(reporter, spec)` in a worker for `key`; TaskErrors come back as raised.
+        `warm(reporter, spec)` (e.g. load the model) is what a replacement worker runs first
+        when this job's worker has to be killed."""
         await control.checkpoint()
         self.evict_idle()
         worker = self._acquire(key)
+        worker.warm = (warm, spec) if warm is not None else None
         try:
             return await self._job(worker, fn, spec, control, on_progress)
         finally:
@@ -236,8 +248,7 @@ class InferencePool:
 
         remove_hook = control.add_pause_hook(on_pause)
         try:
-            worker.conn.send((fn, spec))
-            worker.jobs += 1
+            self._send(worker, fn, spec)
             while True:
                 if control.cancelled:
                     await self._cancel(worker)
@@ -260,13 +271,19 @@ class InferencePool:
             remove_hook()
             control.detach_process_group(pid)
 
+    def _send(self, worker: Worker, fn: Callable[..., Any], spec: dict[str, Any]) -> None:
+        worker.jobs += 1
+        worker.current = worker.jobs
+        worker.conn.send((worker.current, fn, spec))
+
     async def _next(self, worker: Worker) -> dict[str, Any] | None:
-        """The worker's next message, None after POLL_SEC; raises if the worker died."""
+        """The current job's next message, None after POLL_SEC (messages of an earlier job,
+        such as a warm-up, are skipped); raises if the worker died."""
         try:
             ready = await asyncio.to_thread(worker.conn.poll, POLL_SEC)
             if ready:
                 msg: dict[str, Any] = worker.conn.recv()
-                return msg
+                return msg if msg.get("job") == worker.current else None
         except (EOFError, OSError):
             ready = False
         if worker.alive:
@@ -294,6 +311,11 @@ class InferencePool:
             if msg is not None and msg.get("type") in ("result", "error"):
                 return  # stopped in time: the worker stays for the next job
         self._stop(worker, "cancelled job did not stop in time", kill=True)
+        if worker.warm is not None:
+            # a replacement starts loading the model now, so the next task does not wait
+            replacement = self._spawn(worker.key)
+            self._send(replacement, *worker.warm)
+            replacement.warm = worker.warm
 
     def _stop(self, worker: Worker, why: str, kill: bool = False) -> None:
         self._forget(worker)

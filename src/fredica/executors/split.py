@@ -142,7 +142,7 @@ def chunk_spans(
         end = _snap(own_end + after, mids, own_end + 1.0, own_end + after + SNAP_SEC)
         start = 0.0 if own_start <= 0 else max(0.0, start)
         end = duration if own_end >= duration else min(duration, end)
-        spans.append(Span(round(start, 3), round(end, 3), own_start, own_end))
+        spans.append(Span(round(start, 3), round(end, 3), round(own_start, 3), round(own_end, 3)))
     return spans
 
 

@@ -232,12 +232,12 @@ def transcribe_in_child(reporter: SubprocessReporter, spec: dict[str, Any]) -> d
     if spec.get("language") in ("", "auto"):
         spec = {**spec, "language": None}
     reporter.progress(5, "transcribing")
-    repaired: list[dict[str, Any]] = []
+    checked: dict[str, Any] = {}
     try:
         rows, info = whisper_pass.first_pass(model, audio, spec, reporter)
-        if spec["word_timestamps"] and spec.get("repair_gaps", True):
-            reporter.progress(92, "checking for skipped speech")
-            rows, repaired = whisper_pass.repair(model, audio, rows, spec, reporter)
+        if spec["word_timestamps"] and spec.get("check_speech", True):
+            reporter.progress(92, "checking the words against voice activity")
+            rows, checked = whisper_pass.check_against_speech(model, audio, rows, spec, reporter)
     except MemoryError as exc:
         raise errors.ResourceError("out of memory while transcribing") from exc
     out = whisper_pass.shifted(rows, float(spec["offset_sec"]))
@@ -250,7 +250,7 @@ def transcribe_in_child(reporter: SubprocessReporter, spec: dict[str, Any]) -> d
         "duration_sec": round(duration, 3),
         "elapsed_sec": round(elapsed, 3),
         "realtime_factor": round(elapsed / duration, 3) if duration else None,
-        "repaired_gaps": repaired,
+        **checked,
         **_worker_report(load_sec),
     }
 
@@ -326,9 +326,16 @@ async def infer(
         spec["cpu_threads"],
     )
     value: dict[str, Any] = await inference_worker.pool().run(
-        key, fn, spec, ctx.control, on_progress=ctx.progress
+        key, fn, spec, ctx.control, on_progress=ctx.progress, warm=warm_in_child
     )
     return value
+
+
+def warm_in_child(reporter: SubprocessReporter, spec: dict[str, Any]) -> dict[str, Any]:
+    """Inference worker: load the model only (a replacement worker gets ready)."""
+    loading = time.monotonic()
+    _load_model(spec)
+    return _worker_report(time.monotonic() - loading)
 
 
 def _audio(task: models.Task, ctx: TaskContext) -> Path:

@@ -1,4 +1,9 @@
-"""One faster-whisper pass over a chunk, and the repair of speech the model skipped.
+"""One faster-whisper pass over a chunk, then two checks against voice activity detection.
+
+Whisper hallucinates in silence: given a prompt, it may "hear" the prompt's sentence again in
+the trailing silence of a clip (seen here: a sentence repeated at 10.8-11.6 s where VAD finds no
+speech). Words whose time lies entirely outside the chunk's speech regions (padded by
+SPEECH_PAD_SEC) are therefore dropped and reported.
 
 Whisper sometimes jumps over speech: on speech without pauses its timestamp tokens can run
 ahead, so a 20 s stretch gets no words at all (seen here: 87-108 s of a run-on talk missing
@@ -18,6 +23,8 @@ SAMPLE_RATE = 16_000
 MIN_GAP_SEC = 3.0  # speech this long without a single word was skipped, not mumbled
 REPAIR_PAD_SEC = 0.5  # audio on each side of a gap given to the repair pass for context
 PROMPT_CHARS = 200
+SPEECH_PAD_SEC = 0.3  # word timings from cross-attention may stray this far out of speech
+MIN_SPEECH_SHARE = 0.25  # a segment less than this much inside speech was heard in silence
 
 
 def uncovered(
@@ -98,13 +105,68 @@ def _prompt_before(rows: list[dict[str, Any]], at: float) -> str:
     return text[-PROMPT_CHARS:]
 
 
-def repair(
+def speech_share(start: float, end: float, speech: list[tuple[float, float]]) -> float:
+    """Share of [start, end] inside speech regions. Pure."""
+    if end - start <= 0.05:
+        return 1.0  # too short to judge by time: the word check decides
+    inside = sum(max(0.0, min(end, e) - max(start, s)) for s, e in speech)
+    return inside / (end - start)
+
+
+def in_speech(word: dict[str, Any], speech: list[tuple[float, float]]) -> bool:
+    """Whether a word's time touches a speech region (padded by SPEECH_PAD_SEC). Pure."""
+    start, end = float(word["start"]), float(word["end"])
+    return any(start <= e + SPEECH_PAD_SEC and end >= s - SPEECH_PAD_SEC for s, e in speech)
+
+
+def drop_silent_words(
+    rows: list[dict[str, Any]], speech: list[tuple[float, float]]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """(rows without words heard in silence, the dropped words). Rows without word
+    timestamps are kept as they are. Pure."""
+    kept: list[dict[str, Any]] = []
+    dropped: list[str] = []
+    for row in rows:
+        words = row.get("words")
+        if not words:
+            kept.append(row)
+            continue
+        if speech_share(float(row["start"]), float(row["end"]), speech) < MIN_SPEECH_SHARE:
+            dropped += [str(w["word"]).strip() for w in words]  # a segment heard in silence
+            continue
+        real = [w for w in words if in_speech(w, speech)]
+        dropped += [str(w["word"]).strip() for w in words if not in_speech(w, speech)]
+        if len(real) == len(words):
+            kept.append(row)
+        elif real:
+            text = "".join(str(w["word"]) for w in real).strip()
+            start, end = real[0]["start"], real[-1]["end"]
+            kept.append({**row, "words": real, "text": text, "start": start, "end": end})
+    return kept, dropped
+
+
+def check_against_speech(
     model: Any, audio: Any, rows: list[dict[str, Any]], spec: dict[str, Any], reporter: Any
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(rows checked against VAD, report): words in silence dropped, skipped speech repaired."""
+    speech = speech_regions(audio)
+    rows, silent = drop_silent_words(rows, speech)
+    rows, repaired = repair(model, audio, rows, speech, spec, reporter)
+    return rows, {"dropped_in_silence": silent, "repaired_gaps": repaired}
+
+
+def repair(
+    model: Any,
+    audio: Any,
+    rows: list[dict[str, Any]],
+    speech: list[tuple[float, float]],
+    spec: dict[str, Any],
+    reporter: Any,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(rows with skipped speech transcribed and inserted, what was repaired)."""
     duration = len(audio) / SAMPLE_RATE
     spans = [(float(w["start"]), float(w["end"])) for r in rows for w in r.get("words") or []]
-    gaps = uncovered(speech_regions(audio), spans, MIN_GAP_SEC)
+    gaps = uncovered(speech, spans, MIN_GAP_SEC)
     repaired: list[dict[str, Any]] = []
     for start, end in gaps:
         reporter.wait_if_paused()
