@@ -22,7 +22,7 @@ from typing import Any
 SAMPLE_RATE = 16_000
 MIN_GAP_SEC = 3.0  # speech this long without a single word was skipped, not mumbled
 REPAIR_PAD_SEC = 0.5  # audio on each side of a gap given to the repair pass for context
-PROMPT_CHARS = 200
+PROMPT_CHARS = 800  # the repair pass hears what came before, as Whisper would
 SPEECH_PAD_SEC = 0.3  # word timings from cross-attention may stray this far out of speech
 MIN_SPEECH_SHARE = 0.25  # a segment less than this much inside speech was heard in silence
 
@@ -102,7 +102,10 @@ def speech_regions(audio: Any) -> list[tuple[float, float]]:
 def _prompt_before(rows: list[dict[str, Any]], at: float) -> str:
     words = [w for r in rows for w in r.get("words") or [] if float(w["end"]) <= at]
     text = " ".join("".join(str(w["word"]) for w in words).split())
-    return text[-PROMPT_CHARS:]
+    if len(text) <= PROMPT_CHARS:
+        return text
+    tail = text[-PROMPT_CHARS:]
+    return tail.split(" ", 1)[-1] if " " in tail else tail
 
 
 def speech_share(start: float, end: float, speech: list[tuple[float, float]]) -> float:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,7 +56,8 @@ PARAMS = frozenset(
     }
 )
 TASK_FIELDS = frozenset({"priority", "max_retries", "cloud_preference"})
-PROMPT_TAIL_CHARS = 200
+PROMPT_TAIL_CHARS = 800  # Whisper keeps the last 223 tokens of a prompt: about this much
+_SENTENCE_END = re.compile(r"[.!?。！？]\s*")
 SEGMENT_KEYS = ("start", "end", "text", "speaker", "words")
 MAX_RETRIES = {DL: 3, SUB: 0, EXTRACT: 2, SPLIT: 2, DETECT: 2, CHUNK: 2, MERGE: 2, ANALYZE: 3}
 CACHE = {
@@ -115,7 +117,7 @@ def _model_for(language: str, model_name: str | None) -> str:
 
 
 def prompt_tail(result: dict[str, Any], before_sec: float | None) -> str:
-    """The last PROMPT_TAIL_CHARS of a chunk's text that lies before `before_sec` (the next
+    """The last ~PROMPT_TAIL_CHARS of a chunk's text that lies before `before_sec` (the next
     chunk's start: with overlapping chunks the next one hears the overlap itself). Pure."""
     segments = [s for s in result.get("segments") or [] if isinstance(s, dict)]
     limit = float("inf") if before_sec is None else before_sec + 0.01
@@ -124,11 +126,20 @@ def prompt_tail(result: dict[str, Any], before_sec: float | None) -> str:
         text = "".join(str(w["word"]) for w in words if float(w["end"]) <= limit)
     else:
         text = " ".join(str(s["text"]) for s in segments if float(s["end"]) <= limit)
-    text = " ".join(text.split())
-    if len(text) > PROMPT_TAIL_CHARS:
-        text = text[-PROMPT_TAIL_CHARS:]
-        text = text.split(" ", 1)[-1] if " " in text else text
-    return text
+    return tail_text(" ".join(text.split()), PROMPT_TAIL_CHARS)
+
+
+def tail_text(text: str, limit: int) -> str:
+    """The end of `text`, at most `limit` characters, starting at a sentence when one starts
+    in the first half of that tail (a prompt that begins mid-sentence invites the model to
+    continue it), else at a word. Pure."""
+    if len(text) <= limit:
+        return text
+    tail = text[-limit:]
+    ends = [m.end() for m in _SENTENCE_END.finditer(tail) if m.end() <= limit // 2]
+    if ends:
+        return tail[ends[0] :].strip()
+    return tail.split(" ", 1)[-1] if " " in tail else tail
 
 
 def _language_patch(payload: dict[str, Any], language: str) -> dict[str, Any]:
