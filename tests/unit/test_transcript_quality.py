@@ -213,3 +213,31 @@ def test_speech_the_model_skipped_is_found_and_words_in_silence_are_dropped() ->
     kept, dropped = whisper_pass.drop_silent_words(rows, speech)
     assert [r["text"] for r in kept] == ["Hello there.", "Rivers run.", "untimed"]
     assert kept[1]["end"] == 37.0 and dropped == ["Thank", "you.", "Bye."]
+
+
+def test_offline_analysis_works_in_any_language() -> None:
+    from fredica.executors import extractive
+
+    german = (
+        "Der Wald ist für viele Menschen ein Ort der Ruhe. Die Förster pflanzen im Wald neue "
+        "Bäume. Trockene Sommer schaden den Fichten im Wald. Während des Winters liegt Schnee "
+        "auf den Bäumen. Die Förster zählen die Bäume im Frühling."
+    )
+    assert extractive.guess_language(german) == "de"
+    tags = extractive.keywords(german, 5)
+    assert "wald" in tags and "bäume" in tags  # whole words with umlauts, not "ausf"/"hrend"
+    assert not {"der", "die", "den", "im"} & set(tags)
+    assert "während" in extractive.words_of(german)
+    spanish = "El mar es azul. Los pescadores salen al mar. El mar tiene muchos peces."
+    assert extractive.guess_language(spanish) == "es" and "mar" in extractive.keywords(spanish, 3)
+    # chapters scale with the length: a 3-minute talk gets several, not one
+    segs = [
+        {"start": 10.0 * i, "end": 10.0 * i + 9, "text": t}
+        for i, t in enumerate(
+            ["rivers bridges water banks"] * 6 + ["forests trees leaves"] * 6
+            + ["oceans fish salt waves"] * 6
+        )
+    ]  # fmt: skip
+    assert extractive.chapter_length(180.0) == 60.0
+    assert len(extractive.chapters(segs)) == 3
+    assert len(extractive.chapters(segs[:5])) == 1  # under a minute: one chapter
