@@ -429,12 +429,7 @@ def test_configured_cloud_providers() -> None:
             "capabilities": {
                 "transcribe": {
                     "providers": [
-                        {
-                            "backend": "openai-whisper-api",
-                            "api_key": "k",
-                            "score": 68,
-                            "cost_per_unit_usd": 0.02,
-                        },
+                        {"backend": "openai-whisper-api", "api_key": "k"},
                         {"backend": "xunfei-iat-api", "api_key": "k"},
                     ]
                 },
@@ -445,6 +440,7 @@ def test_configured_cloud_providers() -> None:
                             "api_key": "sk",
                             "model": "deepseek-v3",
                             "max_concurrent": 2,
+                            "cost_per_unit_usd": 0.02,
                         },
                         {"backend": "openai-api"},
                     ]
@@ -458,15 +454,15 @@ def test_configured_cloud_providers() -> None:
     )
     decls = declare.declare(cfg, FakeMachine().report())
     caps = declared(decls)
-    whisper_api = caps[(F.TRANSCRIBE, "openai-whisper-api")][0]
-    assert whisper_api.accelerator == catalog.CloudAPI("openai", "") and whisper_api.score == 68
-    assert whisper_api.metadata["cost_per_unit_usd"] == "0.02"
-    assert whisper_api.metadata["cost_unit"] == "audio_minute"
-    assert "k" not in whisper_api.metadata.values()  # credentials never travel with capabilities
     # a cloud ASR whose protocol has no executor here is not declared, key or not
-    assert (F.TRANSCRIBE, "xunfei-iat-api") not in caps
-    assert "no executor" in reason(decls, F.TRANSCRIBE, "xunfei-iat-api")
+    for backend in ("openai-whisper-api", "xunfei-iat-api"):
+        assert (F.TRANSCRIBE, backend) not in caps
+        assert "no executor" in reason(decls, F.TRANSCRIBE, backend)
     deepseek = caps[(F.AI_ANALYZE, "deepseek-api")][0]
+    assert deepseek.accelerator == catalog.CloudAPI("deepseek", "deepseek-v3")
+    assert deepseek.metadata["cost_per_unit_usd"] == "0.02"
+    assert deepseek.metadata["cost_unit"] == "1k_tokens"
+    assert "sk" not in deepseek.metadata.values()  # credentials never travel with capabilities
     assert deepseek.models == ("deepseek-v3",) and deepseek.score == 75
     assert deepseek.metadata["max_concurrent"] == "2"
     assert reason(decls, F.AI_ANALYZE, "openai-api") == "missing api_key"

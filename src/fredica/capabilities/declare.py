@@ -460,7 +460,7 @@ def _ffmpeg(b: _Builder) -> None:
 
 # TRANSCRIBE backends with an executor here (what is recorded is what runs, DESIGN §4.16): the
 # others in the catalog are never declared, so the selector can never choose them.
-TRANSCRIBE_RUNNABLE = ("faster-whisper", "openai-whisper-api", "groq-whisper-api")
+TRANSCRIBE_RUNNABLE = ("faster-whisper",)
 _NO_EXECUTOR = "no executor for this backend in this version (it could be chosen but not run)"
 
 
