@@ -23,7 +23,7 @@ from fredica.capabilities import packaged_models
 from fredica.cli import demo_media
 from fredica.domain.models import PipelineStatus
 from fredica.engine.worker import EngineSettings
-from fredica.executors import audio, ffmpeg
+from fredica.executors import audio, ffmpeg, split
 from fredica.node import compose
 from fredica.node.service import NodeSettings
 from fredica.pipelines.request import PipelineRequest
@@ -56,7 +56,8 @@ def direct(video: Path, work: Path, chunk_sec: float) -> float:
         [exe, "-hide_banner", "-i", str(wav), "-af", "silencedetect=noise=-35dB:d=0.25",
          "-f", "null", "-"], capture_output=True, text=True, check=True,
     ).stderr.splitlines()  # fmt: skip
-    cuts = audio.choose_cuts(duration, chunk_sec, audio.parse_silences(found, duration))
+    pauses = split.parse_silences(found, duration)
+    cuts = [c.end_prev for c in split.plan_cuts(duration, chunk_sec, pauses, "silence")]
     out = work / "direct_chunks"
     out.mkdir(exist_ok=True)
     subprocess.run([exe, "-loglevel", "error", "-y", "-i", str(wav), "-f", "segment",

@@ -22,6 +22,7 @@ from rich.console import Console
 
 from fredica.cli import demo_media
 from fredica.cli.demo import free_port
+from fredica.pipelines import media as media_pipelines
 from tests.e2e.conftest import FAST_CONFIG, ServedNode
 from tests.media_support import (
     REFERENCE,
@@ -161,8 +162,9 @@ def test_long_pipeline_spawns_a_chunk_per_piece_and_merges_them(
     windows = [(c["payload"]["chunk_start_sec"],
                 c["payload"]["chunk_start_sec"] + c["payload"]["chunk_duration_sec"])
                for c in chunks]  # fmt: skip
+    owned = [(c["payload"]["own_start_sec"], c["payload"]["own_end_sec"]) for c in chunks]
+    assert owned[0][0] == 0 and all(a[1] == b[0] for a, b in itertools.pairwise(owned))
     for chunk, (low, high) in zip(chunks, windows, strict=True):
-        assert low > 0 or chunk["payload"]["chunk_index"] == 0
         for seg in chunk["result"]["segments"]:
             assert low - 0.01 <= seg["start"] <= seg["end"] <= high + 0.01
     # the analysis came from the node's configured backend, fed with the merged transcript
@@ -186,8 +188,10 @@ def test_quality_mode_chains_chunks_and_passes_the_tail_as_prompt(
         detect_id = of_type(data, "DETECT_LANGUAGE")[0]["id"]
         assert cur["depends_on"] == [split_id, detect_id, prev["id"]]
         assert cur["started_at"] >= prev["completed_at"]
-        assert cur["payload"]["initial_prompt"] == prev["result"]["text"].strip()
-        assert cur["result"]["initial_prompt_used"]
+        # the text of the previous chunk before this chunk's audio begins (its context)
+        tail = media_pipelines.prompt_tail(prev["result"], cur["payload"]["chunk_start_sec"])
+        assert cur["payload"]["initial_prompt"] == (tail or None)
+        assert cur["result"]["initial_prompt_used"] == bool(tail)
     merged = of_type(data, "MERGE_TRANSCRIPTION")[0]["result"]["text"]
     assert word_error_rate(REFERENCE, merged) < 0.25
 

@@ -11,7 +11,7 @@ import pytest
 
 from fredica.domain import errors
 from fredica.domain.models import CachePolicy
-from fredica.executors import audio, download, merge, transcribe
+from fredica.executors import audio, download, merge, split, transcribe
 from tests.media_support import (
     REFERENCE,
     make_context,
@@ -59,15 +59,20 @@ async def test_split_cuts_in_pauses_with_exact_offsets(
     speech, _ = media
     payload = {"audio_path": str(speech), "chunk_duration_sec": 5, "output_dir": "chunks/m1"}
     ctx = await make_context(tmp_path, "SPLIT_AUDIO", payload)
-    result = (await audio.SplitAudioExecutor().execute(ctx.task, ctx)).result_json
+    result = (await split.SplitAudioExecutor().execute(ctx.task, ctx)).result_json
     assert result is not None
     chunks = result["chunks"]
-    assert len(chunks) == 3 and result["split_at"] == "silence"
+    assert len(chunks) == 3 and result["split_at"] == "vad pause"
     offset = 0.0
-    for chunk in chunks:
-        assert chunk["start_sec"] == pytest.approx(offset, abs=0.002)
-        assert 0 < chunk["duration_sec"] <= 5.0
-        offset += chunk["duration_sec"]
+    for chunk in chunks:  # each owns <= 5 s, back to back; its file carries context around it
+        assert chunk["own_start_sec"] == pytest.approx(offset, abs=0.002)
+        assert 0 < chunk["own_end_sec"] - chunk["own_start_sec"] <= 5.0
+        assert chunk["start_sec"] <= chunk["own_start_sec"] < chunk["own_end_sec"]
+        assert chunk["own_end_sec"] <= chunk["end_sec"] + 0.001
+        with wave.open(chunk["path"]) as wav:
+            written = wav.getnframes() / wav.getframerate()
+        assert written == pytest.approx(chunk["duration_sec"], abs=0.002)
+        offset = chunk["own_end_sec"]
     assert offset == pytest.approx(result["total_duration_sec"], abs=0.05)
     # every cut lies in a pause: the audio around it is (near) silent
     with wave.open(str(speech)) as wav:

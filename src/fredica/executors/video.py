@@ -53,8 +53,8 @@ AUDIO_CODECS = {"aac": "aac", "opus": "libopus", "copy": "copy", "none": ""}
 
 
 # payload paths: absolute or relative to the data dir, exactly as the audio executors read them
-source_file = audio._input
-target = audio._output
+source_file = audio.payload_input
+target = audio.payload_output
 
 
 def fresh_dir(out_dir: Path) -> Path:

@@ -30,7 +30,16 @@ from typing import TYPE_CHECKING, Any
 
 from fredica.domain import errors, models
 from fredica.domain.spawn import SpawnInput, SpawnPlan
-from fredica.executors import analyze, audio, download, merge, outputs, speech, translate, tts
+from fredica.executors import (
+    analyze,
+    download,
+    merge,
+    outputs,
+    speech,
+    split,
+    translate,
+    tts,
+)
 from fredica.pipelines import media
 from fredica.pipelines import subtitles as routing
 from fredica.pipelines.request import PipelineRequest
@@ -193,7 +202,7 @@ class SpeakersTemplate(media.MediaTemplate):
         base = super().build(request.model_copy(update={"params": rest}), ctx)
         tasks = []
         for t in base.tasks:
-            if t.type == audio.SPLIT_AUDIO:
+            if t.type == split.SPLIT_AUDIO:
                 payload = {"audio_path": t.payload["audio_path"], **own,
                            "turns_dir": f"turns/{outputs.safe_name(base.material_id)}"}  # fmt: skip
                 t = dataclasses.replace(t, type=speech.DIARIZE_AUDIO, payload=payload,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,12 +29,12 @@ from urllib.parse import urlsplit
 from fredica.capabilities import packaged_models
 from fredica.domain import errors, idempotency, models
 from fredica.domain.spawn import SpawnInput, SpawnPlan
-from fredica.executors import analyze, audio, download, merge, outputs, transcribe
+from fredica.executors import analyze, audio, download, merge, outputs, split, transcribe
 from fredica.pipelines.request import PipelineRequest
 from fredica.pipelines.templates import BuildContext, Registrar, Template
 
 DL, SUB = download.DOWNLOAD_VIDEO, download.DOWNLOAD_SUBTITLE
-EXTRACT, SPLIT = audio.EXTRACT_AUDIO, audio.SPLIT_AUDIO
+EXTRACT, SPLIT = audio.EXTRACT_AUDIO, split.SPLIT_AUDIO
 DETECT, CHUNK = transcribe.DETECT_LANGUAGE, transcribe.TRANSCRIBE_CHUNK
 MERGE, ANALYZE = merge.MERGE_TRANSCRIPTION, analyze.AI_ANALYZE
 CP = models.CachePolicy
@@ -52,7 +53,9 @@ PARAMS = frozenset(
     }
 )
 TASK_FIELDS = frozenset({"priority", "max_retries", "cloud_preference"})
-PROMPT_TAIL_CHARS = 200
+PROMPT_TAIL_CHARS = 800  # Whisper keeps the last 223 tokens of a prompt: about this much
+_SENTENCE_END = re.compile(r"[.!?。！？]\s*")
+SEGMENT_KEYS = ("start", "end", "text", "speaker", "words")
 MAX_RETRIES = {DL: 3, SUB: 0, EXTRACT: 2, SPLIT: 2, DETECT: 2, CHUNK: 2, MERGE: 2, ANALYZE: 3}
 CACHE = {
     DL: CP.CHECK_EXISTING,
@@ -72,6 +75,21 @@ def default_material_id(source: str) -> str:
 
 def _is_url(source: str) -> bool:
     return urlsplit(source).scheme in ("http", "https")
+
+
+def _checked_params(raw: dict[str, Any]) -> dict[str, Any]:
+    """The request's params, refused with the key named when unknown or of the wrong type."""
+    params = dict(raw)
+    unknown = set(params) - PARAMS
+    if unknown:
+        raise errors.InvalidRequest(
+            f"params: unknown key(s) {', '.join(sorted(unknown))}; known: "
+            + ", ".join(sorted(PARAMS))
+        )
+    for key in ("model_name", "initial_prompt"):
+        if params.get(key) is not None and not isinstance(params[key], str):
+            raise errors.InvalidRequest(f"params.{key}: expected a string")
+    return params
 
 
 def _validate_source(source: str | None) -> str:
@@ -95,6 +113,45 @@ def _number(params: dict[str, Any], key: str, default: float, low: float, high: 
     if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
         raise errors.InvalidRequest(f"params.{key}: expected a number in [{low}, {high}]")
     return float(value)
+
+
+def _model_for(language: str, model_name: str | None) -> str:
+    """The model for the chunks: the user's if given (and able to hear the language), else
+    tiny.en for English and the multilingual base for any other language."""
+    if model_name is None:
+        return transcribe.default_model_for(language if language != "auto" else "en")
+    if language not in ("auto", "en") and transcribe.is_english_only(model_name):
+        raise errors.InvalidRequest(
+            f"params.model_name: {model_name!r} is English-only and cannot transcribe "
+            f"language {language!r}; name a multilingual model (e.g. base) or leave it out"
+        )
+    return model_name
+
+
+def prompt_tail(result: dict[str, Any], before_sec: float | None) -> str:
+    """The last ~PROMPT_TAIL_CHARS of a chunk's text that lies before `before_sec` (the next
+    chunk's start: with overlapping chunks the next one hears the overlap itself). Pure."""
+    segments = [s for s in result.get("segments") or [] if isinstance(s, dict)]
+    limit = float("inf") if before_sec is None else before_sec + 0.01
+    words = [w for s in segments for w in s.get("words") or []]
+    if words:
+        text = "".join(str(w["word"]) for w in words if float(w["end"]) <= limit)
+    else:
+        text = " ".join(str(s["text"]) for s in segments if float(s["end"]) <= limit)
+    return tail_text(" ".join(text.split()), PROMPT_TAIL_CHARS)
+
+
+def tail_text(text: str, limit: int) -> str:
+    """The end of `text`, at most `limit` characters, starting at a sentence when one starts
+    in the first half of that tail (a prompt that begins mid-sentence invites the model to
+    continue it), else at a word. Pure."""
+    if len(text) <= limit:
+        return text
+    tail = text[-limit:]
+    ends = [m.end() for m in _SENTENCE_END.finditer(tail) if m.end() <= limit // 2]
+    if ends:
+        return tail[ends[0] :].strip()
+    return tail.split(" ", 1)[-1] if " " in tail else tail
 
 
 def _language_patch(payload: dict[str, Any], language: str) -> dict[str, Any]:
@@ -132,26 +189,16 @@ class MediaTemplate(Template):
     # --- build ---------------------------------------------------------------------------
     def build(self, request: PipelineRequest, ctx: BuildContext) -> models.NewPipeline:
         source = _validate_source(request.source)
-        params = dict(request.params)
-        unknown = set(params) - PARAMS
-        if unknown:
-            raise errors.InvalidRequest(
-                f"params: unknown key(s) {', '.join(sorted(unknown))}; known: "
-                + ", ".join(sorted(PARAMS))
-            )
+        params = _checked_params(request.params)
         material_id = request.material_id or default_material_id(source)
         mdir = outputs.safe_name(material_id)
         pipeline_id = str(uuid.uuid4())
-        chunk_sec = _number(params, "chunk_duration_sec", audio.DEFAULT_CHUNK_SEC, 1, 3600)
+        chunk_sec = _number(params, "chunk_duration_sec", split.DEFAULT_CHUNK_SEC, 1, 3600)
         model_name = params.get("model_name")
-        if model_name is not None and not isinstance(model_name, str):
-            raise errors.InvalidRequest("params.model_name: expected a string")
         prompt = params.get("initial_prompt")
-        if prompt is not None and not isinstance(prompt, str):
-            raise errors.InvalidRequest("params.initial_prompt: expected a string")
         task_opts, payload_over = self._overrides(request)
-        model = model_name or transcribe.DEFAULT_MODEL
         language = request.language or "auto"
+        model = _model_for(language, model_name)
         detect_model = model
         if language == "auto" and transcribe.is_english_only(model):
             if model_name is None and packaged_models.BASE in packaged_models.available():
@@ -166,6 +213,7 @@ class MediaTemplate(Template):
             "language": language,
             "beam_size": int(_number(params, "beam_size", 5, 1, 20)),
             "vad_filter": bool(params.get("vad_filter", False)),
+            "word_timestamps": True,  # the merge reconciles overlaps and cuts cues by words
             **payload_over.get(CHUNK, {}),
         }
         layout = Layout(
@@ -439,8 +487,10 @@ class MediaTemplate(Template):
                 "chunk_index": index,
                 "chunk_start_sec": float(chunk["start_sec"]),
                 "chunk_duration_sec": float(chunk.get("duration_sec", 0)),
+                "own_start_sec": chunk.get("own_start_sec"),
+                "own_end_sec": chunk.get("own_end_sec"),
                 "language": language,
-                "initial_prompt": params.get("initial_prompt") if index == 0 else None,
+                "initial_prompt": params.get("initial_prompt"),
             }
             if detect is not None:
                 payload["language_from"] = "detect"
@@ -486,23 +536,33 @@ class MediaTemplate(Template):
                         "index": int(r.get("chunk_index") or t.payload.get("chunk_index") or 0),
                         "task_id": t.id,
                         "start_sec": r.get("start_sec", t.payload.get("chunk_start_sec", 0)),
+                        "end_sec": r.get("end_sec"),
+                        "own_start_sec": t.payload.get("own_start_sec"),
+                        "own_end_sec": t.payload.get("own_end_sec"),
                         "language": r.get("language"),
                         "segments": [
-                            {k: s[k] for k in ("start", "end", "text", "speaker") if k in s}
+                            {k: s[k] for k in SEGMENT_KEYS if k in s}
                             for s in r.get("segments") or []
                         ],
                     }
                 )
         collected.sort(key=lambda c: int(c["index"]))
         patches: dict[str, dict[str, Any]] = {m.id: {"chunks": collected} for m in waiting(MERGE)}
-        if done.pipeline.params.get("quality_mode") == "quality":
-            tail = str(result.get("text", ""))[-PROMPT_TAIL_CHARS:]
-            tail = tail.split(" ", 1)[-1] if len(tail) == PROMPT_TAIL_CHARS else tail
-            index = int(task.payload.get("chunk_index", 0))
-            for t in waiting(CHUNK):
-                if int(t.payload.get("chunk_index", -1)) == index + 1 and tail.strip():
-                    patches[t.id] = {"initial_prompt": tail.strip()}
+        # Context: the next chunk, if it has not started yet (always so in quality mode, where
+        # chunks are chained), hears this chunk's tail as its initial_prompt.
+        index = int(task.payload.get("chunk_index", 0))
+        user_prompt = str(done.pipeline.params.get("initial_prompt") or "")
+        for t in waiting(CHUNK):
+            if int(t.payload.get("chunk_index", -1)) != index + 1:
+                continue
+            tail = prompt_tail(result, _float(t.payload.get("chunk_start_sec")))
+            if tail:
+                patches[t.id] = {"initial_prompt": f"{user_prompt} {tail}".strip()}
         return SpawnPlan(patch_payloads=patches)
+
+
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
 
 
 TEMPLATES: tuple[tuple[str, str, dict[str, bool]], ...] = (
@@ -538,7 +598,7 @@ def register_media(registry: Registrar) -> None:
         download.DownloadVideoExecutor(),
         download.DownloadSubtitleExecutor(),
         audio.ExtractAudioExecutor(),
-        audio.SplitAudioExecutor(),
+        split.SplitAudioExecutor(),
         transcribe.DetectLanguageExecutor(),
         transcribe.TranscribeChunkExecutor(),
         merge.MergeTranscriptionExecutor(),

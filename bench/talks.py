@@ -1,0 +1,153 @@
+"""Generated talks for the transcript quality benchmark and tests: reference texts in English,
+German and Spanish, spoken by espeak-ng with or without pauses between sentences."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+import wave
+from pathlib import Path
+
+import numpy as np
+
+from fredica.cli import demo_media
+
+ENGLISH = (
+    "Rivers have shaped the land for millions of years, carving valleys through solid rock.",
+    "Early farmers settled along their banks because the soil there was rich and easy to work.",
+    "Over time people learned to build bridges across the water, first from wood and later "
+    "from stone.",
+    "The Romans were famous for their arches, and some of those bridges still carry traffic.",
+    "Today there are dams on most large rivers, holding back water for cities and fields.",
+    "A dam can produce electricity, but it also blocks the path of fish that swim upstream.",
+    "Salmon, for example, return to the stream where they hatched in order to lay their eggs.",
+    "Engineers now add ladders and channels so that the fish can pass around the wall.",
+    "In the north, many rivers freeze in winter and the ice can be thick enough to drive on.",
+    "When spring arrives the ice breaks into large plates that crash against the banks.",
+    "Floods are part of the natural cycle, and they spread fresh mud across the plains.",
+    "Cities that grew close to the water had to learn how to live with these floods.",
+    "Some built high walls, others moved their houses onto hills or wooden posts.",
+    "Shipping was the fastest way to move heavy goods before railways were invented.",
+    "Barges carried grain, coal and timber from the interior down to the harbours.",
+    "Canals connected one river to another, so that boats could cross whole countries.",
+    "Locks raise and lower the boats in steps, using nothing but the weight of the water.",
+    "Pollution became a serious problem when factories poured their waste into the current.",
+    "Many rivers were so dirty that nothing could live in them for several decades.",
+    "Strict laws and new treatment plants have made the water much cleaner again.",
+    "Otters and beavers have returned to places where they had not been seen for a century.",
+    "Scientists measure the health of a river by counting the insects that live on its bed.",
+    "A clean stream is full of small larvae hiding under the stones.",
+    "Climate change brings longer droughts, and some rivers now run dry in late summer.",
+    "Farmers who depend on irrigation worry about how much water will be left for them.",
+    "At the same time, heavy storms can raise the level of a river within a few hours.",
+    "Planners therefore give rivers more room, turning old fields back into wetlands.",
+    "Wetlands soak up the water like a sponge and release it slowly over many weeks.",
+    "They are also home to birds, frogs and rare plants that need shallow water.",
+    "Walking along a river at dawn, you may see a heron standing perfectly still.",
+    "So the next time you cross a bridge, stop for a moment and look at the water below.",
+    "It has travelled a long way, and it still has a long way to go before reaching the sea.",
+)
+
+GERMAN = (
+    "Der Wald ist für viele Menschen ein Ort der Ruhe und der Erholung.",
+    "Im Frühling blühen unter den Bäumen die ersten Blumen, bevor die Blätter wachsen.",
+    "Im Sommer spenden die hohen Buchen angenehmen Schatten an heißen Tagen.",
+    "Der Herbst färbt das Laub gelb, rot und braun, und die Nächte werden kühler.",
+    "Im Winter liegt oft Schnee, und man kann die Spuren der Tiere gut erkennen.",
+    "Rehe, Füchse und Wildschweine leben versteckt zwischen den Bäumen.",
+    "Förster kümmern sich darum, dass der Wald gesund bleibt und neue Bäume wachsen.",
+    "Trockene Sommer machen den Fichten zu schaffen, weil ihre Wurzeln flach sind.",
+    "Deshalb pflanzt man heute mehr Eichen und Buchen, die mit Hitze besser zurechtkommen.",
+    "Ein gesunder Wald speichert viel Wasser und schützt den Boden vor dem Abtragen.",
+    "Am Wochenende wandern viele Familien mit ihren Kindern auf den markierten Wegen.",
+    "Wer leise ist, hört den Specht, der an einem alten Stamm klopft.",
+)
+
+SPANISH = (
+    "El mar Mediterráneo ha unido a muchos pueblos durante miles de años.",
+    "Los comerciantes antiguos cruzaban sus aguas en barcos de madera con grandes velas.",
+    "Llevaban aceite, vino y cerámica de un puerto a otro a lo largo de la costa.",
+    "Hoy en día las playas reciben a millones de turistas cada verano.",
+    "Muchos pescadores todavía salen al amanecer para lanzar sus redes.",
+    "El agua es más salada que la del océano porque se evapora con el calor del sol.",
+    "En las profundidades viven pulpos, delfines y praderas de plantas marinas.",
+    "Estas praderas producen oxígeno y protegen la arena de las olas fuertes.",
+    "La contaminación de los plásticos es uno de los problemas más graves de la región.",
+    "Varios países trabajan juntos para limpiar las costas y proteger a los animales.",
+    "Por la tarde, las familias pasean junto al puerto y comen pescado fresco.",
+    "Cuando el sol se pone, el cielo se vuelve naranja sobre el horizonte.",
+)
+
+TALKS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "en": ("en-us", ENGLISH),
+    "de": ("de", GERMAN),
+    "es": ("es", SPANISH),
+}
+_WORD = re.compile(r"\w+(?:'\w+)?", re.UNICODE)
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased words (any script), punctuation dropped."""
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    """Levenshtein distance over words / number of reference words."""
+    ref, hyp = words(reference), words(hypothesis)
+    prev = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        cur = [i] + [0] * len(hyp)
+        for j, h in enumerate(hyp, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
+        prev = cur
+    return prev[-1] / max(1, len(ref))
+
+
+def _trimmed(path: Path) -> tuple[bytes, int]:
+    """A sentence's samples without espeak's leading and trailing silence, and its rate."""
+    with wave.open(str(path), "rb") as wav:
+        rate = wav.getframerate()
+        samples = np.frombuffer(wav.readframes(wav.getnframes()), dtype=np.int16)
+    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > 300)
+    if loud.size == 0:
+        return b"", rate
+    return samples[loud[0] : loud[-1] + 1].tobytes(), rate
+
+
+def speak(sentences: tuple[str, ...], out: Path, voice: str, pause_sec: float) -> Path:
+    """espeak-ng speech with exactly `pause_sec` of silence between sentences (espeak's own
+    trailing silence removed, so 0 means the sentences run on without any pause)."""
+    exe = demo_media.espeak_binary()
+    if exe is None:
+        raise demo_media.MediaSetupError(f"espeak-ng is not installed: {demo_media.SETUP_HINT}")
+    frames: list[bytes] = []
+    rate = 22050
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, sentence in enumerate(sentences):
+            part = Path(tmp) / f"s{i}.wav"
+            subprocess.run(
+                [exe, "-v", voice, "-s", "150", "-w", str(part), sentence],
+                check=True,
+                capture_output=True,
+            )
+            data, rate = _trimmed(part)
+            frames += [data, b"\0\0" * int(rate * pause_sec)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with wave.open(str(out), "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(rate)
+        wav.writeframes(b"".join(frames))
+    return out
+
+
+def make_talk(
+    out: Path, language: str, *, pauses: bool = True, repeat: int = 1, limit: int | None = None
+) -> tuple[Path, str]:
+    """(WAV of the talk, its reference text). Without pauses the sentences run on, so no
+    silence is found and every cut must be an overlap cut."""
+    voice, sentences = TALKS[language]
+    chosen = (sentences[:limit] if limit else sentences) * repeat
+    wav = speak(chosen, out, voice, 0.8 if pauses else 0.0)
+    return wav, " ".join(chosen)

@@ -1,0 +1,215 @@
+"""One faster-whisper pass over a chunk, then two checks against voice activity detection.
+
+Whisper hallucinates in silence: given a prompt, it may "hear" the prompt's sentence again in
+the trailing silence of a clip (seen here: a sentence repeated at 10.8-11.6 s where VAD finds no
+speech). Words whose time lies entirely outside the chunk's speech regions (padded by
+SPEECH_PAD_SEC) are therefore dropped and reported.
+
+Whisper sometimes jumps over speech: on speech without pauses its timestamp tokens can run
+ahead, so a 20 s stretch gets no words at all (seen here: 87-108 s of a run-on talk missing
+from one chunk while the whole-file run had it). After the first pass, the chunk's speech
+regions (Silero VAD, bundled with faster-whisper) are compared with the words' timestamps;
+every stretch of speech of at least MIN_GAP_SEC without a word is transcribed again on its own
+(with the text before it as prompt) and its words are inserted. What was repaired is reported.
+Runs in the inference worker (child process); times here are relative to the chunk.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+SAMPLE_RATE = 16_000
+MIN_GAP_SEC = 3.0  # speech this long without a single word was skipped, not mumbled
+REPAIR_PAD_SEC = 0.5  # audio on each side of a gap given to the repair pass for context
+PROMPT_CHARS = 800  # the repair pass hears what came before, as Whisper would
+SPEECH_PAD_SEC = 0.3  # word timings from cross-attention may stray this far out of speech
+MIN_SPEECH_SHARE = 0.25  # a segment less than this much inside speech was heard in silence
+
+
+def uncovered(
+    speech: list[tuple[float, float]], words: list[tuple[float, float]], min_gap: float
+) -> list[tuple[float, float]]:
+    """Stretches of speech of at least `min_gap` seconds that no word overlaps. Pure."""
+    out: list[tuple[float, float]] = []
+    spans = sorted(words)
+    for s_start, s_end in speech:
+        at = s_start
+        for w_start, w_end in spans:
+            if w_end <= at or w_start >= s_end:
+                continue
+            if w_start - at >= min_gap:
+                out.append((round(at, 3), round(w_start, 3)))
+            at = max(at, w_end)
+        if s_end - at >= min_gap:
+            out.append((round(at, 3), round(s_end, 3)))
+    return out
+
+
+def _rows(segments: Any, shift: float, duration: float, reporter: Any) -> list[dict[str, Any]]:
+    """Segments of a faster-whisper generator as dicts (times + `shift`), checking pause and
+    cancel between segments (decoding happens while the generator is consumed)."""
+    out: list[dict[str, Any]] = []
+    for seg in segments:
+        reporter.wait_if_paused()
+        start = shift + float(seg.start)
+        row: dict[str, Any] = {
+            "start": start,
+            "end": max(start, shift + min(float(seg.end), duration)),
+            "text": seg.text.strip(),
+            "avg_logprob": round(float(seg.avg_logprob), 4),
+            "no_speech_prob": round(float(seg.no_speech_prob), 4),
+        }
+        if seg.words:
+            row["words"] = [
+                {
+                    "start": shift + float(w.start),
+                    "end": shift + float(w.end),
+                    "word": w.word,
+                    "probability": round(float(w.probability), 3),
+                }
+                for w in seg.words
+            ]
+        out.append(row)
+        if duration > 0:
+            reporter.progress(5 + 85 * min(1.0, row["end"] / duration), f"{row['end']:.1f}s")
+    return out
+
+
+def first_pass(model: Any, audio: Any, spec: dict[str, Any], reporter: Any) -> tuple[Any, Any]:
+    """(rows, info) of the chunk transcribed as a whole."""
+    segments, info = model.transcribe(
+        audio,
+        language=spec.get("language") or None,
+        initial_prompt=spec.get("initial_prompt") or None,
+        beam_size=int(spec["beam_size"]),
+        vad_filter=bool(spec["vad_filter"]),
+        word_timestamps=bool(spec["word_timestamps"]),
+        condition_on_previous_text=True,
+    )
+    return _rows(segments, 0.0, len(audio) / SAMPLE_RATE, reporter), info
+
+
+def speech_regions(audio: Any) -> list[tuple[float, float]]:
+    vad = importlib.import_module("faster_whisper.vad")
+    options = vad.VadOptions(min_silence_duration_ms=500, speech_pad_ms=30)
+    return [
+        (s["start"] / SAMPLE_RATE, s["end"] / SAMPLE_RATE)
+        for s in vad.get_speech_timestamps(audio, options)
+    ]
+
+
+def _prompt_before(rows: list[dict[str, Any]], at: float) -> str:
+    words = [w for r in rows for w in r.get("words") or [] if float(w["end"]) <= at]
+    text = " ".join("".join(str(w["word"]) for w in words).split())
+    if len(text) <= PROMPT_CHARS:
+        return text
+    tail = text[-PROMPT_CHARS:]
+    return tail.split(" ", 1)[-1] if " " in tail else tail
+
+
+def speech_share(start: float, end: float, speech: list[tuple[float, float]]) -> float:
+    """Share of [start, end] inside speech regions. Pure."""
+    if end - start <= 0.05:
+        return 1.0  # too short to judge by time: the word check decides
+    inside = sum(max(0.0, min(end, e) - max(start, s)) for s, e in speech)
+    return inside / (end - start)
+
+
+def in_speech(word: dict[str, Any], speech: list[tuple[float, float]]) -> bool:
+    """Whether a word's time touches a speech region (padded by SPEECH_PAD_SEC). Pure."""
+    start, end = float(word["start"]), float(word["end"])
+    return any(start <= e + SPEECH_PAD_SEC and end >= s - SPEECH_PAD_SEC for s, e in speech)
+
+
+def drop_silent_words(
+    rows: list[dict[str, Any]], speech: list[tuple[float, float]]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """(rows without words heard in silence, the dropped words). Rows without word
+    timestamps are kept as they are. Pure."""
+    kept: list[dict[str, Any]] = []
+    dropped: list[str] = []
+    for row in rows:
+        words = row.get("words")
+        if not words:
+            kept.append(row)
+            continue
+        if speech_share(float(row["start"]), float(row["end"]), speech) < MIN_SPEECH_SHARE:
+            dropped += [str(w["word"]).strip() for w in words]  # a segment heard in silence
+            continue
+        real = [w for w in words if in_speech(w, speech)]
+        dropped += [str(w["word"]).strip() for w in words if not in_speech(w, speech)]
+        if len(real) == len(words):
+            kept.append(row)
+        elif real:
+            text = "".join(str(w["word"]) for w in real).strip()
+            start, end = real[0]["start"], real[-1]["end"]
+            kept.append({**row, "words": real, "text": text, "start": start, "end": end})
+    return kept, dropped
+
+
+def check_against_speech(
+    model: Any, audio: Any, rows: list[dict[str, Any]], spec: dict[str, Any], reporter: Any
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(rows checked against VAD, report): words in silence dropped, skipped speech repaired."""
+    speech = speech_regions(audio)
+    rows, silent = drop_silent_words(rows, speech)
+    rows, repaired = repair(model, audio, rows, speech, spec, reporter)
+    return rows, {"dropped_in_silence": silent, "repaired_gaps": repaired}
+
+
+def repair(
+    model: Any,
+    audio: Any,
+    rows: list[dict[str, Any]],
+    speech: list[tuple[float, float]],
+    spec: dict[str, Any],
+    reporter: Any,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rows with skipped speech transcribed and inserted, what was repaired)."""
+    duration = len(audio) / SAMPLE_RATE
+    spans = [(float(w["start"]), float(w["end"])) for r in rows for w in r.get("words") or []]
+    gaps = uncovered(speech, spans, MIN_GAP_SEC)
+    repaired: list[dict[str, Any]] = []
+    for start, end in gaps:
+        reporter.wait_if_paused()
+        lo, hi = max(0.0, start - REPAIR_PAD_SEC), min(duration, end + REPAIR_PAD_SEC)
+        segments, _ = model.transcribe(
+            audio[int(lo * SAMPLE_RATE) : int(hi * SAMPLE_RATE)],
+            language=spec.get("language") or None,
+            initial_prompt=_prompt_before(rows, start) or None,
+            beam_size=int(spec["beam_size"]),
+            word_timestamps=True,
+        )
+        found = []
+        for row in _rows(segments, lo, duration, reporter):
+            words = [w for w in row.get("words") or [] if start <= _mid(w) < end]
+            if words:
+                text = "".join(str(w["word"]) for w in words).strip()
+                found.append({**row, "words": words, "text": text,
+                              "start": words[0]["start"], "end": words[-1]["end"]})  # fmt: skip
+        rows = sorted([*rows, *found], key=lambda r: float(r["start"]))
+        repaired.append({"start": start, "end": end, "words": sum(len(r["words"]) for r in found)})
+    return rows, repaired
+
+
+def _mid(word: dict[str, Any]) -> float:
+    return (float(word["start"]) + float(word["end"])) / 2
+
+
+def shifted(rows: list[dict[str, Any]], offset: float) -> list[dict[str, Any]]:
+    """Rows with absolute times (chunk offset added), rounded to milliseconds."""
+    out = []
+    for row in rows:
+        new = {
+            **row,
+            "start": round(offset + row["start"], 3),
+            "end": round(offset + row["end"], 3),
+        }
+        if row.get("words"):
+            new["words"] = [
+                {**w, "start": round(offset + w["start"], 3), "end": round(offset + w["end"], 3)}
+                for w in row["words"]
+            ]
+        out.append(new)
+    return out

@@ -1,0 +1,244 @@
+"""Joins reconciled by time, never by substring, and readable subtitle cues (issue 13)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from fredica.executors import cues as cuelib
+from fredica.executors import merge
+
+
+def _words(text: str, start: float, step: float = 0.4) -> list[dict[str, Any]]:
+    return [
+        {"start": round(start + i * step, 3), "end": round(start + i * step + step * 0.8, 3),
+         "word": f" {w}"}
+        for i, w in enumerate(text.split())
+    ]  # fmt: skip
+
+
+def _seg(text: str, start: float, end: float, words: bool = False) -> dict[str, Any]:
+    seg: dict[str, Any] = {"start": start, "end": end, "text": text}
+    if words:
+        seg["words"] = _words(text, start, (end - start) / max(1, len(text.split())))
+    return seg
+
+
+def _texts(chunks: list[dict[str, Any]]) -> list[str]:
+    return [s["text"] for s in merge.merge_segments(chunks).segments]
+
+
+def test_a_short_word_inside_an_earlier_word_is_not_a_repeat() -> None:
+    # "So." after a tail containing "also", "No." after "north": whole words, not substrings
+    chunks = [
+        {"index": 0, "start_sec": 0, "end_sec": 10, "segments": [
+            _seg("We also went to the north", 6.0, 9.8)]},
+        {"index": 1, "start_sec": 10, "end_sec": 20, "segments": [
+            _seg("So.", 10.2, 10.6), _seg("No.", 10.8, 11.1), _seg("It was cold.", 11.3, 12.5)]},
+    ]  # fmt: skip
+    assert _texts(chunks) == ["We also went to the north", "So.", "No.", "It was cold."]
+    # even overlapping in time, a different word is not a repeat
+    assert not merge.is_boundary_duplicate(_seg("So.", 9.5, 9.8), [_seg("we also", 9.0, 9.9)])
+    assert not merge.is_boundary_duplicate(_seg("No.", 9.5, 9.8), [_seg("the north", 9.0, 9.9)])
+
+
+def test_repeated_words_that_do_not_overlap_in_time_are_kept() -> None:
+    chunks = [
+        {"index": 0, "start_sec": 0, "end_sec": 30, "segments": [
+            _seg("Rivers run in the north.", 20.0, 23.0), _seg("In the north.", 26.0, 29.5)]},
+        {"index": 1, "start_sec": 30, "end_sec": 60, "segments": [
+            _seg("In the north.", 30.5, 32.0), _seg("It snows.", 32.5, 33.5)]},
+    ]  # fmt: skip
+    assert _texts(chunks) == [
+        "Rivers run in the north.", "In the north.", "In the north.", "It snows.",
+    ]  # fmt: skip
+
+
+def test_a_repeat_in_time_and_words_is_dropped_and_recorded() -> None:
+    chunks = [
+        {"index": 0, "start_sec": 0, "end_sec": 6.3, "segments": [
+            _seg("we split the audio", 0.0, 4.0), _seg("into small chunks", 4.0, 6.2)]},
+        {"index": 1, "start_sec": 6.3, "end_sec": 12, "segments": [
+            _seg("into small chunks", 4.9, 6.2), _seg("and transcribe each", 6.4, 9.0)]},
+    ]  # fmt: skip
+    merged = merge.merge_segments(chunks)
+    assert [s["text"] for s in merged.segments] == [
+        "we split the audio", "into small chunks", "and transcribe each",
+    ]  # fmt: skip
+    assert merged.dropped == 1
+    assert merged.reconciled == [
+        {"after_chunk": 0, "method": "time and word overlap",
+         "dropped_text": "into small chunks", "at": 4.9},
+    ]  # fmt: skip
+
+
+def test_overlapping_chunks_keep_every_word_once_by_word_timestamps() -> None:
+    # chunk 0 ends at 20.0 inside "bridges" (heard as "bridge."); chunk 1 starts at 17.0
+    spoken = "today there are dams and bridges over the river"
+    words = _words(spoken, 17.2, 0.4)  # 17.2 .. 20.8
+    a_words = [dict(w) for w in words if w["start"] < 20.0]
+    a_words[-1]["word"] = " bridge."  # the cut-off word, as the model heard it
+    a_words[-1]["end"] = 20.0
+    b_words = [dict(w, start=w["start"] + 0.02, end=w["end"] + 0.02) for w in words]
+    chunks = [
+        {"index": 0, "start_sec": 0, "end_sec": 20.0, "segments": [
+            {"start": 15.0, "end": 17.0, "text": "Welcome.", "words": _words("Welcome.", 15.0)},
+            {"start": 17.2, "end": 20.0, "text": "today there are dams and bridge.",
+             "words": a_words}]},
+        {"index": 1, "start_sec": 17.0, "end_sec": 40.0, "segments": [
+            {"start": 17.2, "end": 21.0, "text": spoken, "words": b_words}]},
+    ]  # fmt: skip
+    merged = merge.merge_segments(chunks)
+    text = cuelib.join_text([s["text"] for s in merged.segments])
+    assert text.split() == ["Welcome.", *spoken.split()]  # nothing lost, nothing twice
+    cut = merged.reconciled[0]
+    assert cut["after_chunk"] == 0 and cut["overlap_sec"] == 3.0 and 17.3 <= cut["cut_at"] <= 19.7
+    times = [(s["start"], s["end"]) for s in merged.segments]
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(times))
+
+
+def test_without_a_neighbour_overlap_cut_nothing_is_reconciled() -> None:
+    merged = merge.merge_segments([{"index": 0, "segments": [_seg("Hello there.", 0, 1)]}])
+    assert merged.reconciled == [] and merged.segments[0]["text"] == "Hello there."
+
+
+def test_long_segments_become_cues_of_at_most_7_seconds_and_2_lines() -> None:
+    text = " ".join(f"word{i}" for i in range(60))
+    timed = _seg(text, 10.0, 35.0, words=True)
+    untimed = _seg(text, 40.0, 70.0)
+    for seg in (timed, untimed):
+        cues = cuelib.split_cues([seg])
+        assert len(cues) >= 5
+        assert " ".join(c["text"] for c in cues).split() == text.split()
+        for cue in cues:
+            assert cue["end"] - cue["start"] <= 7.0 + 1e-9
+            assert len(cuelib.wrap_lines(cue["text"])) <= 2
+        assert cues[0]["start"] == seg["start"]
+    srt = cuelib.to_srt([timed])
+    for block in srt.strip().split("\n\n"):
+        assert len(block.splitlines()) <= 4  # number, times, at most two lines
+
+
+def test_cjk_cues_wrap_by_character_width() -> None:
+    text = (
+        "今天我们在家里测试一个媒体集群系统，它把视频切成小段然后转写成文字，最后合并成字幕文件。"
+        * 2
+    )
+    cues = cuelib.split_cues([_seg(text, 0.0, 20.0)])
+    assert "".join(c["text"] for c in cues) == text
+    for cue in cues:
+        lines = cuelib.wrap_lines(cue["text"])
+        assert len(lines) <= 2 and all(len(line) <= cuelib.CJK_LINE_CHARS for line in lines)
+        assert cue["end"] - cue["start"] <= 7.0 + 1e-9
+    assert cuelib.join_text(["你好。", "世界"]) == "你好。世界"
+    assert cuelib.join_text(["Hello.", "World"]) == "Hello. World"
+
+
+def _task(task_type: str, payload: dict[str, Any]) -> Any:
+    import dataclasses
+    import time
+
+    from fredica.domain import models
+
+    values: dict[str, Any] = {f.name: None for f in dataclasses.fields(models.Task)}
+    now = time.time()
+    values.update(
+        id="t1", type=task_type, status=models.TaskStatus.RUNNING, priority=5, depends_on=[],
+        payload=payload, cache_policy=models.CachePolicy.NONE,
+        cloud_preference=models.CloudPreference.AUTO, excluded_nodes=[], retry_count=0,
+        max_retries=0, created_by="n", owner_id="n", owner_epoch=0, progress=0,
+        is_paused=False, is_pausable=True, attempt=1, cancel_requested=False, change_seq=1,
+        created_at=now, updated_at=now,
+    )  # fmt: skip
+    return models.Task(**values)
+
+
+def test_the_selector_records_the_model_the_task_names() -> None:
+    from fredica.capabilities import catalog, scoring
+    from fredica.domain import errors
+    from fredica.engine import backends
+    from fredica.executors import transcribe
+
+    F = catalog.CapabilityFunction
+    cpu = catalog.LocalCPU()
+    selector = backends.BackendSelector(
+        (
+            catalog.Capability(F.TRANSCRIBE, "faster-whisper", cpu, ("tiny.en",), 10),
+            catalog.Capability(F.TRANSCRIBE, "faster-whisper", cpu, ("base",), 15),
+        ),
+        scoring.NodeProfile(cpu_score=50),
+    )
+    for model, language in (("tiny.en", "en"), ("base", "de"), ("base", "auto")):
+        task = _task("TRANSCRIBE_CHUNK", {"model_name": model, "language": language})
+        choice = selector.choose(task, {}, pending=0)
+        # the backend event names the model and device; the executor runs exactly those
+        assert choice.model == model and f"model {model} on cpu" in choice.breakdown
+        assert choice.config["accelerator"] == "cpu"
+        ctx = type("Ctx", (), {"backend": choice.backend, "backend_config": {
+            **choice.config, "model": choice.model}})()  # fmt: skip
+        assert transcribe.run_choice(task, ctx) == ("faster-whisper", model, "cpu")  # type: ignore[arg-type]
+    missing = _task("TRANSCRIBE_CHUNK", {"model_name": "large-v3", "language": "en"})
+    with pytest.raises(errors.ResourceError) as info:  # never recorded as chosen
+        selector.choose(missing, {}, pending=0)
+    assert info.value.hint == "NO_BACKEND"
+    # a backend other than the one the executor can run is refused, never silently replaced
+    task = _task("TRANSCRIBE_CHUNK", {"model_name": "base"})
+    ctx = type("Ctx", (), {"backend": "xunfei-iat-api", "backend_config": {}})()
+    with pytest.raises(errors.PermanentError, match="no executor"):
+        transcribe.run_choice(task, ctx)  # type: ignore[arg-type]
+
+
+def test_speech_the_model_skipped_is_found_and_words_in_silence_are_dropped() -> None:
+    from fredica.executors import whisper_pass
+
+    speech = [(0.0, 30.0), (31.0, 40.0)]
+    words = [(0.2, 0.5), (0.6, 9.0), (29.0, 29.5), (31.5, 39.0)]
+    # 9.0-29.0 is speech without a word: skipped; 39-40 and the pause are not (too short)
+    assert whisper_pass.uncovered(speech, words, 3.0) == [(9.0, 29.0)]
+    assert whisper_pass.uncovered(speech, [(0.0, 40.0)], 3.0) == []
+    rows = [
+        {"start": 0.0, "end": 2.0, "text": "Hello there.",
+         "words": [{"start": 0.0, "end": 1.0, "word": " Hello"},
+                   {"start": 1.0, "end": 2.0, "word": " there."}]},
+        {"start": 40.5, "end": 42.0, "text": "Thank you.",  # hallucinated in the silence
+         "words": [{"start": 40.5, "end": 41.0, "word": " Thank"},
+                   {"start": 41.0, "end": 42.0, "word": " you."}]},
+        {"start": 35.0, "end": 41.5, "text": "Rivers run. Bye.",
+         "words": [{"start": 35.0, "end": 36.0, "word": " Rivers"},
+                   {"start": 36.0, "end": 37.0, "word": " run."},
+                   {"start": 41.0, "end": 41.5, "word": " Bye."}]},
+        {"start": 3.0, "end": 4.0, "text": "untimed"},
+    ]  # fmt: skip
+    kept, dropped = whisper_pass.drop_silent_words(rows, speech)
+    assert [r["text"] for r in kept] == ["Hello there.", "Rivers run.", "untimed"]
+    assert kept[1]["end"] == 37.0 and dropped == ["Thank", "you.", "Bye."]
+
+
+def test_offline_analysis_works_in_any_language() -> None:
+    from fredica.executors import extractive
+
+    german = (
+        "Der Wald ist für viele Menschen ein Ort der Ruhe. Die Förster pflanzen im Wald neue "
+        "Bäume. Trockene Sommer schaden den Fichten im Wald. Während des Winters liegt Schnee "
+        "auf den Bäumen. Die Förster zählen die Bäume im Frühling."
+    )
+    assert extractive.guess_language(german) == "de"
+    tags = extractive.keywords(german, 5)
+    assert "wald" in tags and "bäume" in tags  # whole words with umlauts, not "ausf"/"hrend"
+    assert not {"der", "die", "den", "im"} & set(tags)
+    assert "während" in extractive.words_of(german)
+    spanish = "El mar es azul. Los pescadores salen al mar. El mar tiene muchos peces."
+    assert extractive.guess_language(spanish) == "es" and "mar" in extractive.keywords(spanish, 3)
+    # chapters scale with the length: a 3-minute talk gets several, not one
+    segs = [
+        {"start": 10.0 * i, "end": 10.0 * i + 9, "text": t}
+        for i, t in enumerate(
+            ["rivers bridges water banks"] * 6 + ["forests trees leaves"] * 6
+            + ["oceans fish salt waves"] * 6
+        )
+    ]  # fmt: skip
+    assert extractive.chapter_length(180.0) == 60.0
+    assert len(extractive.chapters(segs)) == 3
+    assert len(extractive.chapters(segs[:5])) == 1  # under a minute: one chapter
