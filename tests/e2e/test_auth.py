@@ -43,7 +43,9 @@ def test_token_mode(served: ServedNode) -> None:
         assert (r.status_code, r.json()["error"]) == (401, "unknown token")
         r = anon.get("/api/v1/pipelines", headers={"Authorization": "Basic abc"})
         assert r.status_code == 401 and "Bearer" in r.json()["error"]
-        assert anon.get("/api/v1/pipelines", params={"token": alice}).status_code == 200
+        # ?token= only where a browser cannot send a header: downloads and the event stream
+        assert anon.get("/api/v1/pipelines", params={"token": alice}).status_code == 401
+        assert anon.get("/files/results/x/y.txt", params={"token": alice}).status_code == 404
         assert anon.get("/files/results/x/y.txt").status_code == 401  # result files too
     with httpx.Client(
         base_url=served.url,

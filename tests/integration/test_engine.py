@@ -602,3 +602,27 @@ async def test_a_cloud_only_task_waits_for_a_node_that_may_use_the_cloud(tmp_pat
         assert "claimed" not in [e.event_type for e in await n.task_events(refs["cloud"])]
     finally:
         await n.stop()
+
+
+async def test_claims_from_the_poll_and_commit_loops_never_exceed_max_workers(
+    tmp_path: Path,
+) -> None:
+    # Given two slots and three tasks that become ready when a short parent completes
+    n = compose.build_node(fast_settings(tmp_path, max_workers=2))
+    await n.start()
+    try:
+        tasks = [{"ref": "probe", "type": "TEST_SLEEP", "payload": {"seconds": 0.2}}] + [
+            {"ref": f"b{i}", "type": "TEST_SLEEP", "depends_on": ["probe"],
+             "payload": {"seconds": 0.6}}
+            for i in range(3)
+        ]  # fmt: skip
+        pid, _ = await create(n, tasks)
+        # When the parent's completion claims its children while the poll loop claims too
+        most = 0
+        while (await n.get_pipeline(pid)).status is not PipelineStatus.COMPLETED:
+            most = max(most, n.engine.running_count, (await n.count_by_status())["running"])
+            await asyncio.sleep(0.01)  # sampling the running count, not waiting for it
+        # Then no more than two ever ran at once
+        assert most == 2
+    finally:
+        await n.stop()

@@ -121,6 +121,7 @@ class WorkerEngine:
             settings.quarantine_after_failures, settings.quarantine_cooldown
         )
         self._last_heartbeat = time.monotonic()
+        self._reserved = 0  # slots promised to claims in flight (poll and commit loops)
 
     @property
     def node_id(self) -> str:
@@ -262,18 +263,23 @@ class WorkerEngine:
             # Clear first, every time: a wake set while all slots are busy must not make this
             # loop spin (it would hold the GIL and starve the store thread).
             self._wake.clear()
-            free = self.settings.max_workers - len(self._running)
+            free = self.settings.max_workers - len(self._running) - self._reserved
             if free <= 0:  # a finishing task wakes us as it frees its slot
                 await self._wait_wake(self.settings.idle_poll_interval)
                 continue
             types = self.claimable_types()
             claimed: list[models.Task] = []
             if types:
+                # the commit loop may claim at the same time: each reserves the slots it asks
+                # for until its claim returns, so together they never exceed max_workers
+                self._reserved += free
                 try:
                     claimed = await self.store.claim(self._claim_filter(free, types), self.node_id)
                 except errors.StoreError as exc:
                     await self._store_trouble("claim", exc)
                     continue
+                finally:
+                    self._reserved -= free
             for task in claimed:
                 self._launch(task)
             if claimed:
@@ -508,15 +514,19 @@ class WorkerEngine:
             # Acknowledge and fetch in one round trip: claim work for the slots this batch
             # frees in the same transaction (a refused completion keeps its slot a moment
             # longer, so the bound can be exceeded by that many tasks for a few milliseconds).
-            free = self.settings.max_workers - len(self._running) + len(batch)
+            free = self.settings.max_workers - len(self._running) + len(batch) - self._reserved
             types = frozenset() if self._stopping else self.claimable_types()
             flt = self._claim_filter(free, types) if free > 0 and types else None
+            reserved = flt.limit if flt is not None else 0
             claimed: list[models.Task] = []
+            self._reserved += reserved
             try:
                 outcomes: list[Any]
                 outcomes, claimed = await self.store.complete_and_claim(items, flt, self.node_id)
             except Exception as exc:  # the whole batch failed: report it to every waiter
                 outcomes = [exc] * len(batch)
+            finally:
+                self._reserved -= reserved
             pipelines: set[str | None] = set()
             for (item, future), outcome in zip(batch, outcomes, strict=True):
                 if isinstance(outcome, models.Task):
