@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -113,3 +116,35 @@ def served(tmp_path: Path) -> Iterator[ServedNode]:
     if node.proc is not None and node.proc.poll() is None:
         node.proc.kill()
         node.proc.wait()
+
+
+@contextlib.contextmanager
+def served_node(tmp_path: Path, extra_config: str = "") -> Iterator[ServedNode]:
+    """A started `fredica serve` with the fast test timings plus `extra_config` (YAML)."""
+    config = tmp_path / "worker.yaml"
+    config.write_text(FAST_CONFIG.format(grace=2) + extra_config)
+    served = ServedNode(tmp_path / "data", config, free_port(), tmp_path / "node.log")
+    served.start()
+    try:
+        yield served
+    finally:
+        if served.proc is not None and served.proc.poll() is None:
+            served.terminate()
+
+
+TERMINAL_PIPELINE = ("completed", "failed", "partial_failed", "cancelled")
+
+
+def run_pipeline(node: ServedNode, body: dict[str, Any], timeout: float = 150) -> dict[str, Any]:
+    """Create a pipeline and wait (bounded) until it ends; returns it with its tasks."""
+    with node.client() as client:
+        created = client.post("/api/v1/pipelines", json=body)
+        assert created.status_code == 201, created.text
+        pid = created.json()["pipeline_id"]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            data: dict[str, Any] = client.get(f"/api/v1/pipelines/{pid}").json()
+            if data["status"] in TERMINAL_PIPELINE:
+                return data
+            time.sleep(0.2)  # polling the node's state, with a deadline
+    raise AssertionError(f"pipeline did not finish: {node.log.read_text()[-3000:]}")

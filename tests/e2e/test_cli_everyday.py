@@ -17,7 +17,7 @@ import pytest
 
 from fredica import __version__
 from fredica.cli.demo import free_port
-from tests.media_support import make_media, serve_files
+from tests.media_support import SENTENCES, make_media, serve_files
 
 from .conftest import ServedNode
 
@@ -152,8 +152,12 @@ def _interrupt_process(args: list[str], cwd: Path) -> tuple[str, float, int]:
     return "".join(lines) + rest, time.monotonic() - sent, proc.returncode
 
 
+# long enough that the pipeline is surely still running when Ctrl-C comes
+LONG_TALK = SENTENCES * 8
+
+
 def test_ctrl_c_in_process_on_an_own_node_cancels_and_returns_at_once(tmp_path: Path) -> None:
-    _, video = make_media(tmp_path)
+    _, video = make_media(tmp_path, LONG_TALK)
     data = tmp_path / "data"
     out, seconds, code = _interrupt_process(
         [str(video), "--template", "transcribe_long", "--data-dir", str(data), "--chunk", "3"],
@@ -168,7 +172,7 @@ def test_ctrl_c_in_process_with_node_leaves_the_pipeline_running(
     served: ServedNode, tmp_path: Path
 ) -> None:
     served.start()
-    _, video = make_media(tmp_path)
+    _, video = make_media(tmp_path, LONG_TALK)
     out, seconds, code = _interrupt_process(
         [str(video), "--template", "transcribe_long", "--node", f"127.0.0.1:{served.port}"],
         tmp_path,

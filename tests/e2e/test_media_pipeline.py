@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -23,7 +22,7 @@ from rich.console import Console
 from fredica.cli import demo_media
 from fredica.cli.demo import free_port
 from fredica.pipelines import media as media_pipelines
-from tests.e2e.conftest import FAST_CONFIG, ServedNode
+from tests.e2e.conftest import ServedNode, run_pipeline, served_node
 from tests.media_support import (
     REFERENCE,
     QuietServer,
@@ -103,27 +102,11 @@ def llm() -> Iterator[FakeOpenAI]:
 
 @pytest.fixture
 def node(tmp_path: Path, llm: FakeOpenAI) -> Iterator[ServedNode]:
-    config = tmp_path / "worker.yaml"
-    config.write_text(FAST_CONFIG.format(grace=2) + AI_CONFIG.format(url=llm.url))
-    served = ServedNode(tmp_path / "data", config, free_port(), tmp_path / "node.log")
-    served.start()
-    yield served
-    if served.proc is not None and served.proc.poll() is None:
-        served.terminate()
+    with served_node(tmp_path, AI_CONFIG.format(url=llm.url)) as served:
+        yield served
 
 
-def run(node: ServedNode, body: dict[str, Any], timeout: float = 150) -> dict[str, Any]:
-    with node.client() as client:
-        created = client.post("/api/v1/pipelines", json=body)
-        assert created.status_code == 201, created.text
-        pid = created.json()["pipeline_id"]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            data: dict[str, Any] = client.get(f"/api/v1/pipelines/{pid}").json()
-            if data["status"] in ("completed", "failed", "partial_failed", "cancelled"):
-                return data
-            time.sleep(0.2)
-    raise AssertionError(f"pipeline did not finish: {node.log.read_text()[-3000:]}")
+run = run_pipeline
 
 
 def of_type(data: dict[str, Any], task_type: str) -> list[dict[str, Any]]:

@@ -6,17 +6,15 @@ detection) and `burn_subtitles` over the HTTP API."""
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fredica.cli.demo import free_port
 from fredica.executors import subtitle_format as sf
 from tests import subtitle_support as ss
-from tests.e2e.conftest import FAST_CONFIG, ServedNode
+from tests.e2e.conftest import ServedNode, run_pipeline, served_node
 from tests.media_support import make_media
 
 pytestmark = pytest.mark.slow
@@ -47,27 +45,11 @@ def translator() -> Iterator[ss.TranslationServer]:
 
 @pytest.fixture
 def node(tmp_path: Path, translator: ss.TranslationServer) -> Iterator[ServedNode]:
-    config = tmp_path / "worker.yaml"
-    config.write_text(FAST_CONFIG.format(grace=2) + TRANSLATE_CONFIG.format(url=translator.url))
-    served = ServedNode(tmp_path / "data", config, free_port(), tmp_path / "node.log")
-    served.start()
-    yield served
-    if served.proc is not None and served.proc.poll() is None:
-        served.terminate()
+    with served_node(tmp_path, TRANSLATE_CONFIG.format(url=translator.url)) as served:
+        yield served
 
 
-def run(node: ServedNode, body: dict[str, Any], timeout: float = 150) -> dict[str, Any]:
-    with node.client() as client:
-        created = client.post("/api/v1/pipelines", json=body)
-        assert created.status_code == 201, created.text
-        pid = created.json()["pipeline_id"]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            data: dict[str, Any] = client.get(f"/api/v1/pipelines/{pid}").json()
-            if data["status"] in ("completed", "failed", "partial_failed", "cancelled"):
-                return data
-            time.sleep(0.2)
-    raise AssertionError(f"pipeline did not finish: {node.log.read_text()[-3000:]}")
+run = run_pipeline
 
 
 def one(data: dict[str, Any], task_type: str) -> dict[str, Any]:

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 from bench import talks
 
-from fredica.cli.demo import free_port
-from tests.e2e.conftest import FAST_CONFIG, ServedNode
+from tests.e2e.conftest import ServedNode, served_node
 from tests.media_support import require_media_tools
 
 pytestmark = pytest.mark.slow
@@ -23,13 +22,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[ServedNode]:
-    config = tmp_path / "worker.yaml"
-    config.write_text(FAST_CONFIG.format(grace=2))
-    served = ServedNode(tmp_path / "data", config, free_port(), tmp_path / "node.log")
-    served.start()
-    yield served
-    if served.proc is not None and served.proc.poll() is None:
-        served.terminate()
+    with served_node(tmp_path, "") as served:
+        yield served
 
 
 def _run(node: ServedNode, body: dict[str, Any], timeout: float = 240) -> dict[str, Any]:
