@@ -136,6 +136,9 @@ def _interrupt_process(args: list[str], cwd: Path) -> tuple[str, float, int]:
         text=True,
         cwd=cwd,
         env=dict(os.environ) | {"COLUMNS": "200"},
+        # a test run started in the background inherits an ignored SIGINT; a user's shell
+        # delivers Ctrl-C, so the command under test gets the default handling back
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None
     lines: list[str] = []
