@@ -151,7 +151,12 @@ def _interrupt_process(args: list[str], cwd: Path) -> tuple[str, float, int]:
     time.sleep(1.0)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    rest, _ = proc.communicate(timeout=60)
+    try:
+        rest, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rest, _ = proc.communicate()
+        raise AssertionError(f"no exit 60 s after Ctrl-C:\n{''.join(lines)}{rest}") from None
     return "".join(lines) + rest, time.monotonic() - sent, proc.returncode
 
 
