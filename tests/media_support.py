@@ -53,22 +53,6 @@ def make_media(directory: Path, sentences: tuple[str, ...] = SENTENCES) -> tuple
     return wav, make_video(wav, directory / "talk.mp4")
 
 
-def words(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9']+", text.lower())
-
-
-def word_error_rate(reference: str, hypothesis: str) -> float:
-    """Levenshtein distance over words / reference length."""
-    ref, hyp = words(reference), words(hypothesis)
-    prev = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        cur = [i] + [0] * len(hyp)
-        for j, h in enumerate(hyp, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
-        prev = cur
-    return prev[-1] / max(1, len(ref))
-
-
 def parse_srt(text: str) -> list[tuple[float, float, str]]:
     stamp = re.compile(r"(\d\d):(\d\d):(\d\d),(\d\d\d) --> (\d\d):(\d\d):(\d\d),(\d\d\d)")
     out = []

@@ -8,6 +8,7 @@ import wave
 from pathlib import Path
 
 import pytest
+from bench.talks import word_error_rate
 
 from fredica.domain import errors
 from fredica.domain.models import CachePolicy
@@ -17,7 +18,6 @@ from tests.media_support import (
     make_context,
     make_media,
     serve_files,
-    word_error_rate,
 )
 
 pytestmark = pytest.mark.slow
