@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.talks import word_error_rate
 from rich.console import Console
 
 from fredica.cli import demo_media
@@ -29,7 +30,6 @@ from tests.media_support import (
     make_media,
     parse_srt,
     serve_files,
-    word_error_rate,
 )
 
 pytestmark = pytest.mark.slow
