@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from fredica.domain.models import Affinity, TaskStatus
+from fredica.domain.models import Affinity, NewTask, TaskStatus
 from fredica.store import schema
 from fredica.store.base import ClaimFilter
 from fredica.store.sqlite import SQLiteTaskStore, connect, migrate
@@ -67,3 +67,35 @@ async def test_opening_twice_does_not_migrate_again(tmp_path: Path) -> None:
     with sqlite3.connect(path) as raw:
         versions = [r[0] for r in raw.execute("SELECT version FROM schema_version")]
     assert versions == list(range(1, schema.SCHEMA_VERSION + 1))
+
+
+async def test_version_2_events_keep_their_order_under_integer_keys(tmp_path: Path) -> None:
+    path = tmp_path / "fredica.db"
+    conn = connect(path)
+    migrate(conn, target=2)
+    conn.execute(
+        "INSERT INTO task (id, type, status, created_by, owner_id, created_at, updated_at) "
+        "VALUES ('t1', 'T', 'completed', 'node-a', 'node-a', 1, 1)"
+    )
+    # text keys whose sort order is not the order the events happened in
+    for key, kind, at in (("zz", "created", 1.0), ("aa", "claimed", 2.0), ("mm", "running", 2.0)):
+        conn.execute(
+            "INSERT INTO task_event (id, task_id, node_id, event_type, occurred_at) "
+            "VALUES (?, 't1', 'node-a', ?, ?)",
+            (key, kind, at),
+        )
+    conn.close()
+    store = SQLiteTaskStore(path, "node-a")
+    try:
+        events = await store.task_events("t1")
+        new = await store.add_task(NewTask(type="T"))
+        later = await store.task_events(new.id)
+    finally:
+        await store.close()
+    assert [e.event_type for e in events] == ["created", "claimed", "running"]
+    assert all(e.id.isdigit() for e in events)
+    assert int(later[0].id) > max(int(e.id) for e in events)
+    with sqlite3.connect(path) as raw:
+        indexes = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    assert "task_claimer" not in indexes
+    assert {"task_status", "task_pipeline", "task_created", "pipeline_status"} <= indexes

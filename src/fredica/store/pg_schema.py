@@ -157,6 +157,24 @@ CREATE TABLE restart_task_log (
 );
 CREATE INDEX restart_task_log_time ON restart_task_log (restarted_at);
 """,
+    # 2: SQLite migration 3 (integer event keys, indexes for the hot path and keyset lists)
+    """
+ALTER TABLE task_event DROP CONSTRAINT task_event_pkey;
+ALTER TABLE task_event DROP COLUMN id;
+ALTER TABLE task_event RENAME COLUMN ord TO id;
+ALTER TABLE task_event ADD PRIMARY KEY (id);
+DROP INDEX task_event_task;
+CREATE INDEX task_event_task ON task_event (task_id);
+DROP INDEX task_claimer;
+DROP INDEX task_status;
+DROP INDEX task_pipeline;
+CREATE INDEX task_status ON task (status, created_at, ord);
+CREATE INDEX task_pipeline ON task (pipeline_id, created_at, ord);
+CREATE INDEX task_type ON task (type, created_at, ord);
+DROP INDEX pipeline_created;
+CREATE INDEX pipeline_created ON pipeline_instance (created_at, id);
+CREATE INDEX pipeline_status ON pipeline_instance (status, created_at, id);
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -174,6 +174,36 @@ INSERT INTO app_config_v2 (node_id, key, value, updated_at)
 DROP TABLE app_config;
 ALTER TABLE app_config_v2 RENAME TO app_config;
 """,
+    # 3: the engine hot path (DESIGN §4.13): integer event keys; indexes reviewed against the
+    # queries that use them: a status change no longer rewrites the pipeline and claimer
+    # indexes, and every list (all, by status, by pipeline, by type) walks an index in its
+    # order, so a page costs the same at any depth of a keyset cursor.
+    """
+CREATE TABLE task_event_v3 (
+    id INTEGER PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    node_id TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    message TEXT,
+    occurred_at REAL NOT NULL
+);
+INSERT INTO task_event_v3 (task_id, node_id, event_type, message, occurred_at)
+    SELECT task_id, node_id, event_type, message, occurred_at FROM task_event
+    ORDER BY occurred_at, rowid;
+DROP TABLE task_event;
+ALTER TABLE task_event_v3 RENAME TO task_event;
+CREATE INDEX task_event_task ON task_event (task_id);
+DROP INDEX task_claimer;
+DROP INDEX task_status;
+DROP INDEX task_pipeline;
+CREATE INDEX task_status ON task (status, created_at);
+CREATE INDEX task_pipeline ON task (pipeline_id, created_at);
+CREATE INDEX task_type ON task (type, created_at);
+CREATE INDEX task_created ON task (created_at);
+DROP INDEX pipeline_created;
+CREATE INDEX pipeline_created ON pipeline_instance (created_at, id);
+CREATE INDEX pipeline_status ON pipeline_instance (status, created_at, id);
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -487,13 +487,13 @@ class SQLStore(TaskStore):
     async def task_events(self, task_id: str) -> list[TaskEvent]:
         sql = (
             "SELECT id, task_id, node_id, event_type, message, occurred_at FROM task_event "
-            f"WHERE task_id = ? ORDER BY occurred_at, {self.dialect.insertion_order}"
+            "WHERE task_id = ? ORDER BY occurred_at, id"
         )
 
         def read(conn: Conn) -> list[TaskEvent]:
             return [
                 TaskEvent(
-                    r["id"],
+                    str(r["id"]),
                     r["task_id"],
                     r["node_id"],
                     r["event_type"],

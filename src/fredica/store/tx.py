@@ -93,9 +93,9 @@ class Tx:
         self, task_id: str, event_type: str, message: str | None = None, at: float | None = None
     ) -> None:
         self.q(
-            "INSERT INTO task_event (id, task_id, node_id, event_type, message, occurred_at) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (uuid.uuid4().hex, task_id, self.node_id, event_type, message, at or self.now),
+            "INSERT INTO task_event (task_id, node_id, event_type, message, occurred_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (task_id, self.node_id, event_type, message, at or self.now),
         )
         self.events += 1
 
