@@ -113,7 +113,7 @@ async def complete(store: TaskStore, task: Task, result: dict[str, Any] | None =
     )
     if isinstance(done[0], errors.FredicaError):
         raise done[0]
-    return done[0]
+    return await store.get_task(task.id)
 
 
 def raw_execute(kind: str, target: str, sql: str, params: Sequence[Any] = ()) -> list[Any]:

@@ -480,8 +480,9 @@ async def test_backend_is_chosen_recorded_and_max_concurrent_respected(tmp_path:
         assert by_backend["deepseek-api"].result["has_key"] is True
         assert by_backend["local-extractive"].result["has_key"] is False
         events = await n.task_events(by_backend["deepseek-api"].id)
-        backend_events = [e.message for e in events if e.event_type == "backend"]
-        assert backend_events and backend_events[0].startswith("deepseek-api score=75")
+        # the completion event names the backend that ran, with its score
+        done = [e.message or "" for e in events if e.event_type == "completed"]
+        assert done and done[0].startswith("backend deepseek-api score=75")
     finally:
         await n.stop()
 

@@ -280,6 +280,12 @@ class SchedulingConfig(sections.Section):
     #: a cool-down that doubles on each repeat (0: never)
     quarantine_after_failures: sections.NonNegInt = 3
     quarantine_cooldown_sec: sections.PositiveFloat = 60.0
+    #: how many ready tasks a node may claim beyond its free slots (short tasks: one
+    #: transaction carries many); 0 claims only for free slots
+    claim_ahead: Annotated[int, sections.between(0, 1024)] = 128
+    #: a task claimed ahead that has not started within this many seconds goes back to the
+    #: queue for any node; the node claims ahead only what it expects to start sooner
+    claim_ahead_window_sec: sections.PositiveFloat = 1.0
     load_penalty: LoadPenalty = Field(default_factory=LoadPenalty)
     quality_defaults: Annotated[
         dict[str, QualityModeName], BeforeValidator(_merge_quality_defaults)

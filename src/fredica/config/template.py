@@ -217,6 +217,11 @@ scheduling:
   # memory) stops claiming for a cool-down that doubles each time, so other nodes take the work.
   quarantine_after_failures: 3  # 0: never
   quarantine_cooldown_sec: 60
+  # Short tasks: claim up to this many beyond the free slots, so one transaction carries many
+  # (0 = claim only for free slots). Only what is expected to start within the window is taken;
+  # a task claimed ahead that has not started by then goes back for any node.
+  claim_ahead: 128
+  claim_ahead_window_sec: 1.0
   load_penalty:
     enabled: true
     max_penalty: 20            # points taken off a fully loaded node (pending >= max_workers)

@@ -10,6 +10,7 @@ RESOURCE error, which excludes this node so another node takes it.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -48,6 +49,11 @@ class BackendSelector:
     backend_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     hardware: declare.HardwareScores | None = None
     _gates: dict[frozenset[str], tuple[frozenset[str] | None, frozenset[str] | None]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    #: choices by everything they depend on (type, preference, payload, load): scoring is a
+    #: pure function of these and of this selector's fixed capabilities and profile
+    _choices: dict[tuple[Any, ...], BackendChoice] = field(
         default_factory=dict, repr=False, compare=False
     )
 
@@ -127,6 +133,20 @@ class BackendSelector:
         self, task: models.Task, active_by_backend: Mapping[str, int], pending: int
     ) -> BackendChoice:
         """The best backend for `task` now; ResourceError (with the reasons) if none fits."""
+        key = _choice_key(task, active_by_backend, pending)
+        cached = self._choices.get(key) if key is not None else None
+        if cached is not None:
+            return cached
+        choice = self._choose(task, active_by_backend, pending)
+        if key is not None:
+            if len(self._choices) >= CHOICE_CACHE_SIZE:
+                self._choices.clear()
+            self._choices[key] = choice
+        return choice
+
+    def _choose(
+        self, task: models.Task, active_by_backend: Mapping[str, int], pending: int
+    ) -> BackendChoice:
         payload = task.payload
         demand = scoring.TaskDemand(
             task_type=task.type,
@@ -171,6 +191,34 @@ class BackendSelector:
             # the event recording this choice names the model and device that will run
             breakdown = f"model {best.model} on {kind or 'cpu'}; {breakdown}"
         return BackendChoice(best.backend, best.score, best.model, config, breakdown)
+
+
+CHOICE_CACHE_SIZE = 512
+_SMALL_PAYLOAD = 16  # keys; larger payloads (unique per task anyway) are not cached
+
+
+def _choice_key(
+    task: models.Task, active_by_backend: Mapping[str, int], pending: int
+) -> tuple[Any, ...] | None:
+    payload = task.payload
+    shape: Any = ()
+    if payload:
+        if len(payload) > _SMALL_PAYLOAD:
+            return None
+        try:
+            shape = tuple(sorted(payload.items()))
+            hash(shape)
+        except TypeError:  # nested values: their JSON is the key
+            try:
+                shape = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+            except (TypeError, ValueError):
+                return None
+    load = (
+        tuple(sorted((k, v) for k, v in active_by_backend.items() if v))
+        if active_by_backend
+        else ()
+    )
+    return (task.type, task.cloud_preference, shape, load, pending)
 
 
 def _model_pinned(

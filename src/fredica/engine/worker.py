@@ -32,11 +32,13 @@ from fredica.executors.ledger import ProcessLedger
 from fredica.store.base import (
     BackendNote,
     ClaimFilter,
+    Completed,
     CompletionItem,
     Failure,
     Liveness,
     RecoveryReport,
     Signal,
+    StartItem,
     TaskStore,
 )
 
@@ -62,6 +64,9 @@ class EngineSettings:
     shutdown_grace: float = 30.0
     quarantine_after_failures: int = 3  # 0: never quarantine
     quarantine_cooldown: float = 60.0
+    claim_ahead: int = 128  # tasks claimed beyond the free slots (0: only for free slots)
+    claim_ahead_window: float = 1.0  # a task claimed ahead starts within this, or goes back
+    start_record_delay: float = 0.02  # a start is written once the task ran this long
 
     @property
     def effective_monitor_interval(self) -> float:
@@ -79,6 +84,19 @@ class _Running:
     backend: BackendNote | None = None  # recorded with the outcome
     choice: BackendChoice | None = None  # counts as active on its backend until the task ends
     pause_writes: list[asyncio.Task[Any]] = field(default_factory=list)
+    launched: float = 0.0  # monotonic time the executor began
+    started_at: float | None = None  # the same moment on the store's clock
+    start_recorded: bool = False  # the store has the task as running
+    completed: bool = False  # its completion waits for (or went through) the group commit
+
+
+@dataclass(slots=True)
+class _Queued:
+    """A task claimed ahead, waiting for a free slot (claimed, not yet running)."""
+
+    task: models.Task
+    claimed: float  # monotonic time of the claim
+    cancel: str | None = None  # set when it must not start (cancelled, lost)
 
 
 class WorkerEngine:
@@ -102,9 +120,11 @@ class WorkerEngine:
         self._stopping = False
         self._releasing = False
         self._loops: list[asyncio.Task[None]] = []
-        self._completions: asyncio.Queue[tuple[CompletionItem, asyncio.Future[Any]]] = (
-            asyncio.Queue()
-        )
+        self._queued: dict[str, _Queued] = {}  # claimed ahead, in claim order
+        self._done: list[tuple[CompletionItem, _Running]] = []  # awaiting the group commit
+        self._commit_wake = asyncio.Event()
+        self._committing = False
+        self._avg_run: float | None = None  # moving average of a task's run time (seconds)
         self._progress: dict[str, tuple[int, int, str | None]] = {}
         self._progress_dirty = asyncio.Event()
         self.recovery: RecoveryReport | None = None
@@ -188,6 +208,7 @@ class WorkerEngine:
         grace = self.settings.shutdown_grace if grace is None else grace
         self._stopping = True
         self._wake.set()
+        await self._release_queued("node shutting down before the task started")
         jobs = [r.job for r in self._running.values() if r.job is not None]
         if jobs:
             logger.info(
@@ -204,9 +225,13 @@ class WorkerEngine:
             remaining = [r.job for r in self._running.values() if r.job is not None]
             if remaining:
                 await asyncio.wait(remaining, timeout=10)
-        # drain completions still queued, then stop the loops
-        while not self._completions.empty():
-            await asyncio.sleep(0.01)
+        # let the group commit write what is waiting for it, then stop the loops
+        deadline = time.monotonic() + 30.0
+        while (self._done or self._committing) and time.monotonic() < deadline:
+            if self.failure is not None:
+                break
+            self._commit_wake.set()
+            await asyncio.sleep(0.005)
         await self._flush_progress()
         for loop_task in self._loops:
             loop_task.cancel()
@@ -218,9 +243,13 @@ class WorkerEngine:
 
     # --- control from the API --------------------------------------------------------------
     def is_running_here(self, task_id: str) -> bool:
-        return task_id in self._running
+        return task_id in self._running or task_id in self._queued
 
     def signal_cancel(self, task_id: str, reason: str = "cancelled by user") -> bool:
+        queued = self._queued.pop(task_id, None)
+        if queued is not None:  # claimed ahead, not started: it ends cancelled at once
+            self._background_call(self._cancel_queued(queued.task, reason))
+            return True
         running = self._running.get(task_id)
         if running is None:
             return False
@@ -244,6 +273,10 @@ class WorkerEngine:
     def _require_running(self, task_id: str) -> _Running:
         running = self._running.get(task_id)
         if running is None:
+            if task_id in self._queued:
+                raise errors.IllegalTransition(
+                    f"task {task_id} is waiting for a free slot on this node; pause it once it runs"
+                )
             raise errors.IllegalTransition(f"task {task_id} is not running on this node")
         return running
 
@@ -263,29 +296,27 @@ class WorkerEngine:
             # Clear first, every time: a wake set while all slots are busy must not make this
             # loop spin (it would hold the GIL and starve the store thread).
             self._wake.clear()
-            free = self.settings.max_workers - len(self._running) - self._reserved
-            if free <= 0:  # a finishing task wakes us as it frees its slot
+            self._start_queued()
+            await self._release_overdue()
+            want = self._claim_want()
+            if want <= 0:  # a finishing task wakes us as it frees its slot
                 await self._wait_wake(self.settings.idle_poll_interval)
                 continue
             types = self.claimable_types()
             claimed: list[models.Task] = []
             if types:
-                # the commit loop may claim at the same time: each reserves the slots it asks
-                # for until its claim returns, so together they never exceed max_workers
-                self._reserved += free
+                # the commit loop may claim at the same time: each reserves what it asks for
+                # until its claim returns, so together they never take more than they may
+                self._reserved += want
                 try:
-                    claimed = await self.store.claim(self._claim_filter(free, types), self.node_id)
+                    claimed = await self.store.claim(self._claim_filter(want, types), self.node_id)
                 except errors.StoreError as exc:
                     await self._store_trouble("claim", exc)
                     continue
                 finally:
-                    self._reserved -= free
-            for task in claimed:
-                self._launch(task)
-            if claimed:
-                self.stats["claimed"] += len(claimed)
-                self._changed(claimed[0].pipeline_id)
-            if len(claimed) == free:  # there may be more ready work: claim as slots free up
+                    self._reserved -= want
+            self._accept(claimed)
+            if claimed and len(claimed) == want:  # there may be more ready work
                 empty_polls = 0
                 continue
             empty_polls = 0 if claimed else empty_polls + 1
@@ -295,6 +326,91 @@ class WorkerEngine:
                 else self.settings.poll_interval
             )
             await self._wait_wake(interval)
+
+    # --- claiming ahead -----------------------------------------------------------------------
+    def _claim_want(self) -> int:
+        """How many tasks to claim now: the free slots, plus what is expected to start within
+        half the claim-ahead window (from the recent run time of tasks here)."""
+        busy = len(self._running) + len(self._queued) + self._reserved
+        return self.settings.max_workers + self._ahead_target() - busy
+
+    def _ahead_target(self) -> int:
+        s = self.settings
+        if s.claim_ahead <= 0 or self._avg_run is None:
+            return 0
+        expected = s.max_workers * (s.claim_ahead_window / 4) / max(self._avg_run, 1e-6)
+        return min(s.claim_ahead, int(expected))
+
+    def _note_run_time(self, running: _Running) -> None:
+        took = time.monotonic() - running.launched
+        self._avg_run = took if self._avg_run is None else 0.8 * self._avg_run + 0.2 * took
+
+    def _accept(self, claimed: list[models.Task]) -> None:
+        """Queue what a claim returned (claim order) and start what the free slots allow."""
+        if not claimed:
+            return
+        now = time.monotonic()
+        for task in claimed:
+            self._queued[task.id] = _Queued(task, now)
+        self.stats["claimed"] += len(claimed)
+        self._start_queued()
+        self._changed(claimed[0].pipeline_id)
+
+    def _start_queued(self) -> None:
+        while self._queued and len(self._running) < self.settings.max_workers:
+            if self._stopping:
+                return
+            queued = self._queued.pop(next(iter(self._queued)))
+            self._launch(queued.task, queued.claimed)
+
+    async def _release_overdue(self) -> None:
+        """A task claimed ahead that did not start within the window goes back for any node
+        (the work here took longer than it looked)."""
+        limit = time.monotonic() - self.settings.claim_ahead_window
+        overdue: list[_Queued] = []
+        for queued in self._queued.values():
+            if queued.claimed >= limit:
+                break  # claim order: the rest are younger
+            overdue.append(queued)
+        for queued in overdue:
+            del self._queued[queued.task.id]
+        for queued in overdue:
+            await self._release(
+                queued.task,
+                f"claimed ahead but not started within {self.settings.claim_ahead_window:g}s",
+            )
+
+    async def _release_queued(self, reason: str) -> None:
+        queued, self._queued = list(self._queued.values()), {}
+        for entry in queued:
+            await self._release(entry.task, reason)
+
+    async def _release(self, task: models.Task, reason: str) -> None:
+        try:
+            await self.store.release(task.id, task.attempt, reason, self.node_id)
+        except (errors.StaleAttempt, errors.IllegalTransition, errors.NotFound) as exc:
+            logger.info("not released: %s", exc, extra={"action": "release"})
+        except errors.StoreError as exc:
+            # the claim timeout of the liveness monitor hands it back instead
+            logger.warning("release of %s failed: %s", task.id, exc, extra={"action": "release"})
+        else:
+            self._changed(task.pipeline_id)
+            self._wake.set()
+
+    async def _cancel_queued(self, task: models.Task, reason: str) -> None:
+        failure = Failure(task.id, task.attempt, reason, ErrorType.CANCELLED, None, None)
+        try:
+            after = await self.store.fail(failure, self.node_id)
+        except errors.FredicaError as exc:
+            logger.info("cancel not recorded: %s", exc, extra={"action": "cancel_queued"})
+            return
+        self.stats["cancelled"] += 1
+        self._changed(after.pipeline_id)
+
+    def _background_call(self, coro: Awaitable[Any]) -> None:
+        future = asyncio.ensure_future(coro)
+        self._background.add(future)
+        future.add_done_callback(self._background.discard)
 
     def claimable_types(self) -> frozenset[str]:
         """Task types with an executor here whose capability this node declares and whose
@@ -310,10 +426,13 @@ class WorkerEngine:
         cloud_only, local_only = (
             self.selector.preference_gates(types) if self.selector is not None else (None, None)
         )
+        # only what starts at once is claimed straight into running; a task claimed ahead is
+        # `claimed` until it starts (a crash hands it back without counting an attempt)
+        free = self.settings.max_workers - len(self._running) - len(self._queued)
         return ClaimFilter(
             limit=limit,
             types=types,
-            start=True,
+            start=limit <= free,
             pausable=self._pausable,
             cloud_only_types=cloud_only,
             local_only_types=local_only,
@@ -323,9 +442,15 @@ class WorkerEngine:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
 
-    def _launch(self, task: models.Task) -> None:
+    def _launch(self, task: models.Task, claimed: float) -> None:
         control = TaskControl(task.id, task.attempt, self.ledger)
-        running = _Running(task, control)
+        now = time.monotonic()
+        running = _Running(task, control, launched=now)
+        if task.status is TaskStatus.RUNNING:
+            running.start_recorded = True  # claimed straight into running
+        elif task.claimed_at is not None:
+            # the moment it began, on the store's clock (it may have waited in the queue)
+            running.started_at = task.claimed_at + (now - claimed)
         older = self._running.get(task.id)
         if older is not None:
             # This node claimed the task again (it was reclaimed while this node slept): the
@@ -344,10 +469,20 @@ class WorkerEngine:
     async def _record_pause(self, running: _Running, paused: bool, reason: str | None) -> None:
         task = running.task
         try:
+            await self._record_start(running)
             await self.store.set_paused(task.id, task.attempt, paused, reason, self.node_id)
             self._changed(task.pipeline_id)
         except (errors.StaleAttempt, errors.IllegalTransition) as exc:
             logger.info("pause flag not recorded: %s", exc, extra={"action": "pause_record"})
+
+    async def _record_start(self, running: _Running) -> None:
+        """Write the start now if the group commit has not yet (a pause needs `running`)."""
+        if running.start_recorded:
+            return
+        task = running.task
+        with contextlib.suppress(errors.IllegalTransition):  # the commit loop was faster
+            await self.store.start(task.id, task.attempt, self.node_id)
+        running.start_recorded = True
 
     # --- dispatch --------------------------------------------------------------------------
     async def _dispatch(self, running: _Running) -> None:
@@ -378,8 +513,11 @@ class WorkerEngine:
         finally:
             if running.choice is not None:
                 self._active_by_backend[running.choice.backend] -= 1
+            self._note_run_time(running)
             self._forget(running)
-            self._wake.set()
+            self._start_queued()
+            if not running.completed:  # a completion claims more work in its own commit
+                self._wake.set()
 
     def _forget(self, running: _Running) -> None:
         """Drop `running` from the running set, unless a newer attempt replaced it."""
@@ -438,20 +576,17 @@ class WorkerEngine:
         return choice
 
     async def _complete(self, running: _Running, result: dict[str, Any], note: str | None) -> None:
+        """Hand the result to the group commit; the slot is free at once (the commit loop
+        records the outcome, and fails the task if its owner refuses the result)."""
         if running.lost:
             raise errors.StaleAttempt(f"task {running.task.id}: {running.lost}")
         self._progress.pop(running.task.id, None)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        item = CompletionItem(running.task.id, running.task.attempt, result, note, running.backend)
-        await self._completions.put((item, future))
-        outcome = await future
-        if isinstance(outcome, errors.StaleAttempt):
-            raise outcome
-        if isinstance(outcome, BaseException):
-            # the owner refused the result (e.g. its pipeline hook rejected it): fail the task
-            raise errors.PermanentError(f"result rejected: {outcome}")
-        self.stats["completed"] += 1
-        self.quarantine.succeeded()
+        task = running.task
+        started = None if running.start_recorded else running.started_at
+        item = CompletionItem(task.id, task.attempt, result, note, running.backend, started)
+        running.completed = True
+        self._done.append((item, running))
+        self._commit_wake.set()
 
     async def _fail(
         self, running: _Running, executor: TaskExecutor | None, exc: errors.TaskError
@@ -475,6 +610,7 @@ class WorkerEngine:
                 exc.error_type,
                 exc.retry_after_sec,
                 running.backend,
+                None if running.start_recorded else running.started_at,
             ),
             self.node_id,
         )
@@ -505,45 +641,90 @@ class WorkerEngine:
 
     # --- group commit ------------------------------------------------------------------------
     async def _commit_loop(self) -> None:
+        """One transaction for everything the workers produced since the last one: the starts
+        of tasks that have run for `start_record_delay`, the completions, and a claim for the
+        slots (and claim-ahead) they free."""
         while True:
-            first = await self._completions.get()
-            batch = [first]
-            while not self._completions.empty():
-                batch.append(self._completions.get_nowait())
-            items = [item for item, _ in batch]
-            # Acknowledge and fetch in one round trip: claim work for the slots this batch
-            # frees in the same transaction (a refused completion keeps its slot a moment
-            # longer, so the bound can be exceeded by that many tasks for a few milliseconds).
-            free = self.settings.max_workers - len(self._running) + len(batch) - self._reserved
-            types = frozenset() if self._stopping else self.claimable_types()
-            flt = self._claim_filter(free, types) if free > 0 and types else None
-            reserved = flt.limit if flt is not None else 0
-            claimed: list[models.Task] = []
-            self._reserved += reserved
+            self._commit_wake.clear()
+            starts = self._due_starts()
+            if not self._done and not starts:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._commit_wake.wait(), self._next_start_due())
+                continue
+            batch, self._done = self._done, []
+            self._committing = True
             try:
-                outcomes: list[Any]
-                outcomes, claimed = await self.store.complete_and_claim(items, flt, self.node_id)
-            except Exception as exc:  # the whole batch failed: report it to every waiter
-                outcomes = [exc] * len(batch)
+                await self._commit(batch, starts)
             finally:
-                self._reserved -= reserved
-            pipelines: set[str | None] = set()
-            for (item, future), outcome in zip(batch, outcomes, strict=True):
-                if isinstance(outcome, models.Task):
-                    pipelines.add(outcome.pipeline_id)
-                    running = self._running.get(item.task_id)
-                    if running is not None and running.task.attempt == item.attempt:
-                        self._forget(running)  # its slot is free from now on
-                if not future.done():
-                    future.set_result(outcome)
-            for task in claimed:
-                self._launch(task)
-            if claimed:
-                self.stats["claimed"] += len(claimed)
-                pipelines.add(claimed[0].pipeline_id)
-            for pipeline_id in pipelines:
-                self._changed(pipeline_id)
-            self._wake.set()
+                self._committing = False
+
+    def _due_starts(self) -> list[StartItem]:
+        limit = time.monotonic() - self.settings.start_record_delay
+        return [
+            StartItem(r.task.id, r.task.attempt, r.started_at)
+            for r in self._running.values()
+            if not r.start_recorded and r.started_at is not None and r.launched <= limit
+        ]
+
+    def _next_start_due(self) -> float | None:
+        """Seconds until the next unrecorded start is due (None: none is waiting)."""
+        waiting = [r.launched for r in self._running.values() if not r.start_recorded]
+        if not waiting:
+            return None
+        return max(0.0, min(waiting) + self.settings.start_record_delay - time.monotonic())
+
+    async def _commit(
+        self, batch: list[tuple[CompletionItem, _Running]], starts: list[StartItem]
+    ) -> None:
+        want = 0 if self._stopping else self._claim_want()
+        types = self.claimable_types() if want > 0 else frozenset()
+        flt = self._claim_filter(want, types) if want > 0 and types else None
+        reserved = flt.limit if flt is not None else 0
+        self._reserved += reserved
+        try:
+            outcomes, claimed = await self.store.complete_and_claim(
+                [item for item, _ in batch], flt, self.node_id, starts
+            )
+        except errors.StoreError as exc:
+            # nothing was written: the batch waits (still heartbeated) and is tried again
+            self._done[:0] = batch
+            await self._store_trouble("group commit", exc)
+            return
+        finally:
+            self._reserved -= reserved
+        for start in starts:
+            running = self._running.get(start.task_id)
+            if running is not None and running.task.attempt == start.attempt:
+                running.start_recorded = True
+        pipelines: set[str | None] = set()
+        for (_, running), outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, Completed):
+                pipelines.add(outcome.pipeline_id)
+                self.stats["completed"] += 1
+                self.quarantine.succeeded()
+            elif isinstance(
+                outcome, errors.StaleAttempt | errors.NotFound | errors.IllegalTransition
+            ):
+                logger.warning("dropping result: %s", outcome, extra={"action": "fenced"})
+            else:
+                # the owner refused the result (e.g. its pipeline hook rejected it): fail the task
+                self._background_call(self._refused(running, outcome))
+        self._accept(claimed)
+        for pipeline_id in pipelines:
+            self._changed(pipeline_id)
+
+    async def _refused(self, running: _Running, outcome: BaseException) -> None:
+        executor = self.registry.executor(running.task.type)
+        try:
+            await self._fail(
+                running, executor, errors.PermanentError(f"result rejected: {outcome}")
+            )
+        except Exception:
+            logger.exception(
+                "could not record the failure of task %s",
+                running.task.id,
+                extra={"action": "report_failed"},
+            )
 
     # --- progress (ContextSink) ----------------------------------------------------------------
     def progress(self, task: models.Task, pct: int, note: str | None) -> None:
@@ -600,11 +781,19 @@ class WorkerEngine:
     async def heartbeat_once(self) -> None:
         """Heartbeat every running task; stop work that lost its task or must be cancelled."""
         self._last_heartbeat = time.monotonic()
-        if not self._running:
-            return
         pairs = [(tid, r.task.attempt) for tid, r in self._running.items()]
+        pairs += [(tid, q.task.attempt) for tid, q in self._queued.items()]
+        pairs += [(item.task_id, item.attempt) for item, _ in self._done]
+        if not pairs:
+            return
         feedback = await self.store.heartbeat(pairs, self.node_id)
         for fb in feedback:
+            queued = self._queued.get(fb.task_id)
+            if queued is not None and (not fb.still_owned or fb.cancel_requested):
+                del self._queued[fb.task_id]
+                if fb.still_owned:  # cancelled before it started
+                    self._background_call(self._cancel_queued(queued.task, "cancelled by user"))
+                continue
             running = self._running.get(fb.task_id)
             if running is None:
                 continue

@@ -32,9 +32,11 @@ class TaskControl:
         self.attempt = attempt
         #: where the process groups of this attempt are written down (reaped after a crash)
         self._ledger = ledger
-        self._cancel = asyncio.Event()
-        self._running = asyncio.Event()  # set = not paused
-        self._running.set()
+        # flags, with their events made only when something waits (most tasks never do)
+        self._cancelled = False
+        self._paused = False
+        self._cancel_event: asyncio.Event | None = None
+        self._running_event: asyncio.Event | None = None  # set = not paused
         self.cancel_reason: str | None = None
         self.pause_reason: str | None = None
         self.self_paused = False
@@ -45,11 +47,25 @@ class TaskControl:
     # --- state -----------------------------------------------------------------------------
     @property
     def cancelled(self) -> bool:
-        return self._cancel.is_set()
+        return self._cancelled
 
     @property
     def paused(self) -> bool:
-        return not self._running.is_set()
+        return self._paused
+
+    def _cancel_waiter(self) -> asyncio.Event:
+        if self._cancel_event is None:
+            self._cancel_event = asyncio.Event()
+            if self._cancelled:
+                self._cancel_event.set()
+        return self._cancel_event
+
+    def _running_waiter(self) -> asyncio.Event:
+        if self._running_event is None:
+            self._running_event = asyncio.Event()
+            if not self._paused:
+                self._running_event.set()
+        return self._running_event
 
     def on_pause_change(self, listener: PauseListener) -> None:
         """Call `listener(paused, reason)` whenever the pause state changes."""
@@ -57,10 +73,12 @@ class TaskControl:
 
     # --- user side -------------------------------------------------------------------------
     def cancel(self, reason: str = "cancelled by user") -> None:
-        if self._cancel.is_set():
+        if self._cancelled:
             return
         self.cancel_reason = reason
-        self._cancel.set()
+        self._cancelled = True
+        if self._cancel_event is not None:
+            self._cancel_event.set()
         # A paused task must wake up to notice the cancel; continued processes get terminated.
         self._set_paused(False, None)
 
@@ -86,18 +104,18 @@ class TaskControl:
 
     async def checkpoint(self) -> None:
         """Block while paused; raise `TaskCancelled` once cancelled."""
-        if self._cancel.is_set():
+        if self._cancelled:
             raise errors.TaskCancelled(self.cancel_reason)
-        if not self._running.is_set():
-            await self._running.wait()
-            if self._cancel.is_set():
+        if self._paused:
+            await self._running_waiter().wait()
+            if self._cancelled:
                 raise errors.TaskCancelled(self.cancel_reason)
 
     async def wait_cancelled(self) -> None:
-        await self._cancel.wait()
+        await self._cancel_waiter().wait()
 
     async def wait_running(self) -> None:
-        await self._running.wait()
+        await self._running_waiter().wait()
 
     # --- OS processes ------------------------------------------------------------------------
     def attach_process_group(self, pgid: int) -> None:
@@ -123,13 +141,16 @@ class TaskControl:
     def _set_paused(self, paused: bool, reason: str | None, stop_processes: bool = True) -> None:
         if paused == self.paused:
             return
+        self._paused = paused
         if paused:
             self.pause_reason = reason
-            self._running.clear()
+            if self._running_event is not None:
+                self._running_event.clear()
         else:
             self.pause_reason = None
             self.self_paused = False
-            self._running.set()
+            if self._running_event is not None:
+                self._running_event.set()
         if stop_processes:
             sig = signal.SIGSTOP if paused else signal.SIGCONT
             for pgid in list(self._process_groups):

@@ -70,6 +70,8 @@ def settings_from_config(
         shutdown_grace=cfg.node.shutdown_grace_sec,
         quarantine_after_failures=cfg.scheduling.quarantine_after_failures,
         quarantine_cooldown=cfg.scheduling.quarantine_cooldown_sec,
+        claim_ahead=cfg.scheduling.claim_ahead,
+        claim_ahead_window=cfg.scheduling.claim_ahead_window_sec,
     )
     return NodeSettings(
         node_id=cfg.node.id,

@@ -91,6 +91,27 @@ class CompletionItem:
     result: dict[str, Any]
     message: str | None = None
     backend: BackendNote | None = None
+    #: when the executor really began (a task claimed ahead waited in the node's queue)
+    started_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """A completion the store accepted (read the task for its whole row)."""
+
+    task_id: str
+    attempt: int
+    pipeline_id: str | None
+    status: TaskStatus = TaskStatus.COMPLETED
+
+
+@dataclass(frozen=True, slots=True)
+class StartItem:
+    """A claimed task whose executor began at `started_at` (the store's clock)."""
+
+    task_id: str
+    attempt: int
+    started_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +124,8 @@ class Failure:
     error_type: ErrorType
     retry_after_sec: float | None = None
     backend: BackendNote | None = None
+    #: when the executor began, if the store does not have it yet (see `CompletionItem`)
+    started_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,10 +337,13 @@ class TaskStore(ABC):
         items: Sequence[CompletionItem],
         claim: ClaimFilter | None = None,
         node_id: str | None = None,
-    ) -> tuple[list[Task | errors.FredicaError], list[Task]]:
-        """Accept completions (group commit; each runs its pipeline's spawn hook in the same
-        transaction), then claim for the slots the batch frees, all in one transaction. Per
-        item, the completed task or the error that refused it."""
+        starts: Sequence[StartItem] = (),
+    ) -> tuple[list[Completed | errors.FredicaError], list[Task]]:
+        """The engine's group commit, one transaction: record `starts` (claimed -> running, at
+        the time each really began; a refused start is left out, the heartbeat tells the
+        worker), accept the completions (each runs its pipeline's spawn hook in the same
+        transaction), then claim for the slots the batch frees. Per item, `Completed` or the
+        error that refused it."""
 
     @abstractmethod
     async def fail(self, failure: Failure, node_id: str | None = None) -> Task:

@@ -5,9 +5,8 @@ Liveness and recovery act only on the rows the store is authoritative for (`tx.o
 
 from __future__ import annotations
 
-import uuid
-
 from fredica.domain import errors
+from fredica.domain.ids import new_id
 from fredica.domain.models import (
     ErrorType,
     NewPipeline,
@@ -42,7 +41,7 @@ def create_pipeline(tx: Tx, spec: NewPipeline) -> tuple[Pipeline, bool]:
     ).fetchone()
     if existing is not None:
         return row_to_pipeline(existing), True
-    pipeline_id = spec.id or str(uuid.uuid4())
+    pipeline_id = spec.id or new_id()
     tx.q(
         "INSERT INTO pipeline_instance (id, material_id, template, status, params, "
         "created_by, owner_id, publisher_id, change_seq, created_at, updated_at) "
@@ -60,8 +59,8 @@ def create_pipeline(tx: Tx, spec: NewPipeline) -> tuple[Pipeline, bool]:
             tx.now,
         ),
     )
-    for task_spec in spec.tasks:
-        task_id, inserted = tx.insert_task(task_spec, pipeline_id, spec.material_id, tx.node_id)
+    inserted_ids = tx.insert_tasks(spec.tasks, pipeline_id, spec.material_id, tx.node_id)
+    for task_spec, (task_id, inserted) in zip(spec.tasks, inserted_ids, strict=True):
         if not inserted:
             # Reusing another pipeline's active task would leave this pipeline's routing
             # hooks unfired (they run for the task's own pipeline): refuse.

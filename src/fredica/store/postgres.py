@@ -24,7 +24,7 @@ from typing import Any, cast
 import psycopg
 import psycopg_pool
 from psycopg import errors as pg_errors
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 
 from fredica.domain import errors
 from fredica.domain.clock import Clock
@@ -51,6 +51,7 @@ DIALECT = Dialect(
     insertion_order="ord",
     driver_errors=(psycopg.Error,),
     key_lock="SELECT pg_advisory_xact_lock(hashtext(?)) AS locked",
+    tuples=lambda conn, sql, params: cast(_PgConn, conn).tuples(sql, params),
 )
 
 _RETRYABLE = (
@@ -71,6 +72,15 @@ class _PgConn:
             return self._conn.execute(_convert(sql), params)  # type: ignore[arg-type]
         return self._conn.execute(sql)  # type: ignore[arg-type]
 
+    def tuples(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with self._conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(_convert(sql), params)  # type: ignore[arg-type]
+            return cur.fetchall()
+
+    def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
+        with self._conn.cursor() as cur:
+            cur.executemany(_convert(sql), params)  # type: ignore[arg-type]
+
 
 _CONVERTED: dict[str, str] = {}
 
@@ -79,6 +89,8 @@ def _convert(sql: str) -> str:
     converted = _CONVERTED.get(sql)
     if converted is None:
         converted = sql.replace("%", "%%").replace("?", "%s")
+        if len(_CONVERTED) > 4096:  # statements with IN lists of many lengths
+            _CONVERTED.clear()
         _CONVERTED[sql] = converted
     return converted
 

@@ -7,7 +7,7 @@ Both stores run the same SQL (`?` placeholders; the PostgreSQL connection rewrit
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -43,6 +43,8 @@ class Conn(Protocol):
 
     def execute(self, sql: str, params: Sequence[Any] = ..., /) -> Cursor: ...
 
+    def executemany(self, sql: str, params: Sequence[Sequence[Any]], /) -> Any: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Dialect:
@@ -62,6 +64,8 @@ class Dialect:
     #: a statement taking a transaction-long lock on a key (`?`), where writers run in
     #: parallel; "" where the whole database is locked for each write anyway
     key_lock: str = ""
+    #: run a query and return plain tuples (no per-column name lookups: the hot path)
+    tuples: Callable[[Conn, str, Sequence[Any]], list[tuple[Any, ...]]] | None = None
 
     def is_driver_error(self, exc: BaseException) -> bool:
         return isinstance(exc, self.driver_errors)
@@ -84,11 +88,25 @@ PIPELINE_COLUMNS = (
 )
 
 
+_EMPTY_JSON = {"[]": list, "{}": dict}
+_STATUS = {s.value: s for s in TaskStatus}
+_CACHE = {c.value: c for c in CachePolicy}
+_CLOUD = {c.value: c for c in CloudPreference}
+
+
 def loads_opt(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    return None if text is None else json_loads(text)
+
+
+def json_loads(text: str) -> Any:
+    """`json.loads`, with the empty list and object (most rows' values) built directly."""
+    empty = _EMPTY_JSON.get(text)
+    return empty() if empty is not None else json.loads(text)
 
 
 def dumps(value: Any) -> str:
+    if not value and isinstance(value, dict | list):
+        return "{}" if isinstance(value, dict) else "[]"
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -98,18 +116,18 @@ def row_to_task(row: Row) -> Task:
         type=row["type"],
         pipeline_id=row["pipeline_id"],
         material_id=row["material_id"],
-        status=TaskStatus(row["status"]),
+        status=_STATUS[row["status"]],
         priority=row["priority"],
-        depends_on=json.loads(row["depends_on"]),
-        payload=json.loads(row["payload"]),
+        depends_on=json_loads(row["depends_on"]),
+        payload=json_loads(row["payload"]),
         result=loads_opt(row["result"]),
         error=row["error"],
         error_type=row["error_type"],
-        cache_policy=CachePolicy(row["cache_policy"]),
-        cloud_preference=CloudPreference(row["cloud_preference"]),
+        cache_policy=_CACHE[row["cache_policy"]],
+        cloud_preference=_CLOUD[row["cloud_preference"]],
         publisher_id=row["publisher_id"],
         idempotency_key=row["idempotency_key"],
-        excluded_nodes=json.loads(row["excluded_nodes"]),
+        excluded_nodes=json_loads(row["excluded_nodes"]),
         retry_count=row["retry_count"],
         max_retries=row["max_retries"],
         retry_after=row["retry_after"],
@@ -119,7 +137,9 @@ def row_to_task(row: Row) -> Task:
         claimed_by=row["claimed_by"],
         original_claimed_by=row["original_claimed_by"],
         file_node_id=row["file_node_id"],
-        affinity=Affinity.from_columns(row["affinity_kind"], row["affinity_node_id"]),
+        affinity=Affinity.from_columns(row["affinity_kind"], row["affinity_node_id"])
+        if row["affinity_kind"] is not None
+        else None,
         result_acked_at=row["result_acked_at"],
         progress=row["progress"],
         progress_note=row["progress_note"],
@@ -137,6 +157,55 @@ def row_to_task(row: Row) -> Task:
         heartbeat_at=row["heartbeat_at"],
         stale_at=row["stale_at"],
         reclaimed_at=row["reclaimed_at"],
+    )
+
+
+def task_from_values(v: Sequence[Any]) -> Task:
+    """`row_to_task` for a plain tuple in `TASK_COLUMNS` order."""
+    return Task(
+        id=v[0],
+        type=v[1],
+        pipeline_id=v[2],
+        material_id=v[3],
+        status=_STATUS[v[4]],
+        priority=v[5],
+        depends_on=json_loads(v[6]),
+        payload=json_loads(v[7]),
+        result=loads_opt(v[8]),
+        error=v[9],
+        error_type=v[10],
+        cache_policy=_CACHE[v[11]],
+        cloud_preference=_CLOUD[v[12]],
+        publisher_id=v[13],
+        idempotency_key=v[14],
+        excluded_nodes=json_loads(v[15]),
+        retry_count=v[16],
+        max_retries=v[17],
+        retry_after=v[18],
+        created_by=v[19],
+        owner_id=v[20],
+        owner_epoch=v[21],
+        claimed_by=v[22],
+        original_claimed_by=v[23],
+        file_node_id=v[24],
+        affinity=Affinity.from_columns(v[25], v[26]) if v[25] is not None else None,
+        result_acked_at=v[27],
+        progress=v[28],
+        progress_note=v[29],
+        is_paused=bool(v[30]),
+        is_pausable=bool(v[31]),
+        attempt=v[32],
+        cancel_requested=bool(v[33]),
+        backend=v[34],
+        change_seq=v[35],
+        created_at=v[36],
+        updated_at=v[37],
+        claimed_at=v[38],
+        started_at=v[39],
+        completed_at=v[40],
+        heartbeat_at=v[41],
+        stale_at=v[42],
+        reclaimed_at=v[43],
     )
 
 

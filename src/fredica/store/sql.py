@@ -30,6 +30,7 @@ from fredica.store.base import (
     CancelOutcome,
     ChangeBatch,
     ClaimFilter,
+    Completed,
     CompletionItem,
     Failure,
     HeartbeatFeedback,
@@ -41,6 +42,7 @@ from fredica.store.base import (
     Signal,
     SignalListener,
     SpawnHookLookup,
+    StartItem,
     TaskStore,
     no_hooks,
 )
@@ -346,10 +348,11 @@ class SQLStore(TaskStore):
         items: Sequence[CompletionItem],
         claim: ClaimFilter | None = None,
         node_id: str | None = None,
-    ) -> tuple[list[Task | errors.FredicaError], list[Task]]:
+        starts: Sequence[StartItem] = (),
+    ) -> tuple[list[Completed | errors.FredicaError], list[Task]]:
         hooks = self._hooks
         return await self._work(
-            lambda tx: work.complete_and_claim(tx, items, hooks, claim), node_id
+            lambda tx: work.complete_and_claim(tx, items, hooks, claim, starts), node_id
         )
 
     async def fail(self, failure: Failure, node_id: str | None = None) -> Task:

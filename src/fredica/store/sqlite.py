@@ -12,8 +12,9 @@ import contextlib
 import logging
 import os
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fredica.domain import errors
 from fredica.domain.clock import Clock, SystemClock
@@ -32,7 +33,14 @@ DIALECT = Dialect(
     claim_hint="INDEXED BY task_ready",
     insertion_order="rowid",
     driver_errors=(sqlite3.Error,),
+    tuples=lambda conn, sql, params: _tuples(cast(sqlite3.Connection, conn), sql, params),
 )
+
+
+def _tuples(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    cur = conn.cursor()
+    cur.row_factory = None
+    return cur.execute(sql, params).fetchall()
 
 
 class SQLiteTaskStore(SQLStore):

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
 from fredica.domain import errors, states
+from fredica.domain.ids import new_id
 from fredica.domain.models import ErrorType, NewTask, Pipeline, TaskStatus
 from fredica.domain.spawn import SpawnPlan
 from fredica.store import schema
@@ -35,6 +35,14 @@ from fredica.store.rows import (
 logger = logging.getLogger(__name__)
 
 S = TaskStatus
+
+_INSERT_TASK = (
+    "INSERT INTO task (id, type, pipeline_id, material_id, status, priority, depends_on, "
+    "payload, cache_policy, cloud_preference, publisher_id, idempotency_key, "
+    "max_retries, created_by, owner_id, file_node_id, affinity_kind, affinity_node_id, "
+    "is_pausable, change_seq, unmet_deps, created_at, updated_at) "
+    "VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 class Tx:
@@ -63,7 +71,7 @@ class Tx:
             lambda: defaultdict(int)
         )
         self._touched_pipelines: set[str] = set()
-        self.events = 0
+        self.events_written = 0
 
     @property
     def seq(self) -> int:
@@ -89,6 +97,41 @@ class Tx:
             raise errors.NotFound(f"task {task_id} not found")
         return cast(Row, row)
 
+    def tuples(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows as plain tuples (the hot path: no per-column name lookups)."""
+        if self.dialect.tuples is None:
+            return [tuple(r) for r in self.q(sql, params)]
+        return self.dialect.tuples(self.conn, sql, params)
+
+    def qmany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """One statement for many parameter rows (a single driver call)."""
+        if rows:
+            self.conn.executemany(sql, rows)
+
+    def events(self, events: Sequence[tuple[str, str, str | None, float | None]]) -> None:
+        """Write `(task_id, event_type, message, at)` events in one driver call."""
+        self.qmany(
+            "INSERT INTO task_event (task_id, node_id, event_type, message, occurred_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(t, self.node_id, kind, msg, at or self.now) for t, kind, msg, at in events],
+        )
+        self.events_written += len(events)
+
+    def parents_satisfied(self, parent_ids: Sequence[str]) -> None:
+        """`parent_ids` became completed or skipped: their dependents have one unmet
+        dependency fewer for each (a child of two of them, two fewer)."""
+        if not parent_ids:
+            return
+        marks = ",".join("?" for _ in parent_ids)
+        cur = self.q(
+            "UPDATE task SET unmet_deps = unmet_deps - (SELECT COUNT(*) FROM task_dep d "
+            f"WHERE d.task_id = task.id AND d.parent_id IN ({marks})) "
+            f"WHERE id IN (SELECT task_id FROM task_dep WHERE parent_id IN ({marks}))",
+            [*parent_ids, *parent_ids],
+        )
+        if cur.rowcount:
+            self.ready = True
+
     def event(
         self, task_id: str, event_type: str, message: str | None = None, at: float | None = None
     ) -> None:
@@ -97,15 +140,18 @@ class Tx:
             "VALUES (?, ?, ?, ?, ?)",
             (task_id, self.node_id, event_type, message, at or self.now),
         )
-        self.events += 1
+        self.events_written += 1
 
-    def bump(self, pipeline_id: str | None, old: TaskStatus | None, new: TaskStatus) -> None:
+    def bump(
+        self, pipeline_id: str | None, old: TaskStatus | None, new: TaskStatus, n: int = 1
+    ) -> None:
+        """`n` tasks of `pipeline_id` went from `old` (None: new tasks) to `new`."""
         if pipeline_id is None:
             return
         delta = self._deltas[pipeline_id]
         if old is not None:
-            delta[old.value] -= 1
-        delta[new.value] += 1
+            delta[old.value] -= n
+        delta[new.value] += n
         self._touched_pipelines.add(pipeline_id)
 
     def touch_pipeline(self, pipeline_id: str) -> None:
@@ -116,7 +162,7 @@ class Tx:
         """A nested unit: on error both the database changes and this transaction's pending
         counter deltas roll back to where it began."""
         deltas = {k: dict(v) for k, v in self._deltas.items()}
-        touched, ready, events = set(self._touched_pipelines), self.ready, self.events
+        touched, ready, events = set(self._touched_pipelines), self.ready, self.events_written
         self.q("SAVEPOINT item")
         try:
             yield
@@ -126,7 +172,7 @@ class Tx:
             self._deltas = defaultdict(lambda: defaultdict(int))
             for k, v in deltas.items():
                 self._deltas[k].update(v)
-            self._touched_pipelines, self.ready, self.events = touched, ready, events
+            self._touched_pipelines, self.ready, self.events_written = touched, ready, events
             raise
         self.q("RELEASE SAVEPOINT item")
 
@@ -159,13 +205,7 @@ class Tx:
         if new is S.PENDING:
             self.ready = True
         if new.satisfies_dependency and not old.satisfies_dependency:
-            cur = self.q(
-                "UPDATE task SET unmet_deps = unmet_deps - 1 "
-                "WHERE id IN (SELECT task_id FROM task_dep WHERE parent_id = ?)",
-                (task_id,),
-            )
-            if cur.rowcount:
-                self.ready = True
+            self.parents_satisfied([task_id])
         dead = (S.FAILED, S.CANCELLED)
         if new in dead and old not in dead:
             self._cascade_upstream_failed(task_id, new)
@@ -293,6 +333,76 @@ class Tx:
         self.rederive(pipeline_id)
 
     # --- inserting tasks ------------------------------------------------------------------------
+    def insert_tasks(
+        self, specs: Sequence[NewTask], pipeline_id: str | None, material_id: str | None, owner: str
+    ) -> list[tuple[str, bool]]:
+        """`insert_task` for each spec, in order; the plain ones (no dependencies, no
+        idempotency key) go in one driver call per run of them."""
+        out: list[tuple[str, bool]] = []
+        plain: list[NewTask] = []
+        for spec in specs:
+            if spec.depends_on or spec.idempotency_key is not None:
+                out += self._insert_plain(plain, pipeline_id, material_id, owner)
+                plain = []
+                out.append(self.insert_task(spec, pipeline_id, material_id, owner))
+            else:
+                plain.append(spec)
+        out += self._insert_plain(plain, pipeline_id, material_id, owner)
+        return out
+
+    def _insert_plain(
+        self, specs: Sequence[NewTask], pipeline_id: str | None, material_id: str | None, owner: str
+    ) -> list[tuple[str, bool]]:
+        if not specs:
+            return []
+        ids = [spec.id or new_id() for spec in specs]
+        self.qmany(
+            _INSERT_TASK,
+            [
+                self._task_values(i, s, pipeline_id, material_id, owner, [], 0)
+                for i, s in zip(ids, specs, strict=True)
+            ],
+        )
+        self.events([(task_id, "created", None, None) for task_id in ids])
+        self.bump(pipeline_id, None, S.PENDING, len(ids))
+        self.ready = True
+        return [(task_id, True) for task_id in ids]
+
+    def _task_values(
+        self,
+        task_id: str,
+        spec: NewTask,
+        pipeline_id: str | None,
+        material_id: str | None,
+        owner: str,
+        parents: list[str],
+        unmet: int,
+    ) -> tuple[Any, ...]:
+        return (
+            task_id,
+            spec.type,
+            pipeline_id,
+            spec.material_id or material_id,
+            spec.priority,
+            dumps(parents),
+            dumps(spec.payload),
+            spec.cache_policy.value,
+            spec.cloud_preference.value,
+            spec.publisher_id,
+            spec.idempotency_key,
+            spec.max_retries,
+            owner,
+            owner,
+            spec.file_node_id,
+            spec.affinity.kind.value if spec.affinity else None,
+            spec.affinity.node_id if spec.affinity else None,
+            int(spec.is_pausable),
+            self.seq,
+            unmet,
+            self.now,
+            self.now,
+        )
+
     def insert_task(
         self, spec: NewTask, pipeline_id: str | None, material_id: str | None, owner: str
     ) -> tuple[str, bool]:
@@ -312,7 +422,7 @@ class Tx:
                     extra={"action": "task_dedupe"},
                 )
                 return str(existing["id"]), False
-        task_id = spec.id or str(uuid.uuid4())
+        task_id = spec.id or new_id()
         parents = list(dict.fromkeys(spec.depends_on))
         unmet = 0
         dead_parent: str | None = None
@@ -326,35 +436,8 @@ class Tx:
             if pstatus in (S.FAILED, S.CANCELLED):
                 dead_parent = parent
         self.q(
-            "INSERT INTO task (id, type, pipeline_id, material_id, status, priority, depends_on, "
-            "payload, cache_policy, cloud_preference, publisher_id, idempotency_key, "
-            "max_retries, created_by, owner_id, file_node_id, affinity_kind, affinity_node_id, "
-            "is_pausable, change_seq, unmet_deps, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                task_id,
-                spec.type,
-                pipeline_id,
-                spec.material_id or material_id,
-                spec.priority,
-                dumps(parents),
-                dumps(spec.payload),
-                spec.cache_policy.value,
-                spec.cloud_preference.value,
-                spec.publisher_id,
-                key,
-                spec.max_retries,
-                owner,
-                owner,
-                spec.file_node_id,
-                spec.affinity.kind.value if spec.affinity else None,
-                spec.affinity.node_id if spec.affinity else None,
-                int(spec.is_pausable),
-                self.seq,
-                unmet,
-                self.now,
-                self.now,
-            ),
+            _INSERT_TASK,
+            self._task_values(task_id, spec, pipeline_id, material_id, owner, parents, unmet),
         )
         if parents:
             self.q(

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 from fredica.domain import errors, retry
 from fredica.domain.models import Affinity, CachePolicy, ErrorType, Task, TaskStatus
@@ -17,12 +18,21 @@ from fredica.domain.spawn import SpawnInput
 from fredica.store.base import (
     BackendNote,
     ClaimFilter,
+    Completed,
     CompletionItem,
     Failure,
     HeartbeatFeedback,
     SpawnHookLookup,
+    StartItem,
 )
-from fredica.store.rows import PIPELINE_COLUMNS, TASK_COLUMNS, Row, dumps, row_to_pipeline
+from fredica.store.rows import (
+    PIPELINE_COLUMNS,
+    TASK_COLUMNS,
+    Row,
+    dumps,
+    row_to_pipeline,
+    task_from_values,
+)
 from fredica.store.rows import row_to_task as to_task
 from fredica.store.tx import Tx
 
@@ -34,7 +44,11 @@ _REPORTABLE = (S.RUNNING, S.STALE, S.CLAIMED)
 
 # --- claiming -------------------------------------------------------------------------------
 def claim(tx: Tx, flt: ClaimFilter) -> list[Task]:
-    """Claim up to `flt.limit` ready tasks for `tx.node_id` (see `TaskStore.claim`)."""
+    """Claim up to `flt.limit` ready tasks for `tx.node_id` (see `TaskStore.claim`).
+
+    One set-based `UPDATE … WHERE id IN (ready scan) RETURNING`: the claimed rows come back
+    as written, so nothing is read twice. A claim that starts the tasks at once writes one
+    event for both steps (`claimed`, "started at once")."""
     if flt.limit <= 0 or (flt.types is not None and not flt.types):
         return []
     node_id = tx.node_id
@@ -59,36 +73,49 @@ def claim(tx: Tx, flt: ClaimFilter) -> list[Task]:
             where.append(f"(cloud_preference != ? OR type IN ({marks}))")
             params += [preference, *sorted(allowed)]
     params.append(flt.limit)
-    rows = tx.q(
-        f"SELECT {TASK_COLUMNS} FROM task {tx.dialect.claim_hint} WHERE {' AND '.join(where)} "
-        f"ORDER BY priority DESC, created_at ASC LIMIT ?{tx.dialect.skip_locked}",
-        params,
-    ).fetchall()
-    return [_claim_row(tx, row, flt) for row in rows]
-
-
-def _claim_row(tx: Tx, row: Row, flt: ClaimFilter) -> Task:
-    sets: dict[str, Any] = {
-        "claimed_by": tx.node_id,
-        "claimed_at": tx.now,
-        "heartbeat_at": tx.now,
-        "attempt": row["attempt"] + 1,
-        "original_claimed_by": row["original_claimed_by"] or tx.node_id,
-        "is_paused": 0,
-        "cancel_requested": 0,
-        "progress": 0,
-        "progress_note": None,
-    }
-    pausable = flt.pausable.get(row["type"])
-    if pausable is not None:
-        sets["is_pausable"] = int(pausable)
+    ids = [
+        r[0]
+        for r in tx.tuples(
+            f"SELECT id FROM task {tx.dialect.claim_hint} WHERE {' AND '.join(where)} "
+            f"ORDER BY priority DESC, created_at ASC LIMIT ?{tx.dialect.skip_locked}",
+            params,
+        )
+    ]
+    if not ids:
+        return []
+    status = S.RUNNING if flt.start else S.CLAIMED
+    sets = (
+        "status = ?, claimed_by = ?, claimed_at = ?, heartbeat_at = ?, attempt = attempt + 1, "
+        "original_claimed_by = COALESCE(original_claimed_by, ?), is_paused = 0, "
+        "cancel_requested = 0, progress = 0, progress_note = NULL, updated_at = ?, change_seq = ?"
+    )
+    set_params: list[Any] = [status.value, node_id, tx.now, tx.now, node_id, tx.now, tx.seq]
     if flt.start:
-        # one write for both steps; the timeline still shows claimed then running
-        tx.transition(row, S.RUNNING, event_type="claimed", started_at=tx.now, **sets)
-        tx.event(row["id"], "running")
-    else:
-        tx.transition(row, S.CLAIMED, **sets)
-    return to_task(tx.task_row(row["id"]))
+        sets += ", started_at = ?"
+        set_params.append(tx.now)
+    if flt.pausable:
+        cases = " ".join("WHEN ? THEN ?" for _ in flt.pausable)
+        sets += f", is_pausable = CASE type {cases} ELSE is_pausable END"
+        for task_type, pausable in sorted(flt.pausable.items()):
+            set_params += [task_type, int(pausable)]
+    rows = tx.tuples(
+        f"UPDATE task SET {sets} WHERE id IN ({','.join('?' for _ in ids)}) "
+        f"RETURNING {TASK_COLUMNS}",
+        [*set_params, *ids],
+    )
+    if not rows:
+        return []
+    tasks = sorted(map(task_from_values, rows), key=lambda t: (-t.priority, t.created_at))
+    message = "started at once" if flt.start else None
+    tx.events(
+        [
+            (t.id, "claimed", f"{message} (attempt {t.attempt})" if message else None, None)
+            for t in tasks
+        ]
+    )
+    for task in tasks:
+        tx.bump(task.pipeline_id, S.PENDING, status)
+    return tasks
 
 
 def fenced(tx: Tx, task_id: str, attempt: int) -> Row:
@@ -188,23 +215,178 @@ def complete_and_claim(
     items: Sequence[CompletionItem],
     hooks: SpawnHookLookup,
     flt: ClaimFilter | None,
-) -> tuple[list[Task | errors.FredicaError], list[Task]]:
-    """Group commit: each completion in its own savepoint, then claim for the freed slots."""
-    outcome: list[Task | errors.FredicaError] = []
+    starts: Sequence[StartItem] = (),
+) -> tuple[list[Completed | errors.FredicaError], list[Task]]:
+    """Group commit of starts and completions, then a claim for the freed slots, in one
+    transaction.
+
+    The rows are read once (locked), each report is checked against its fence, and the
+    completions of pipelines without a spawn hook are written set-based; a completion whose
+    pipeline has a hook runs it in its own savepoint, so a failing hook refuses that item only.
+    """
+    completing = {item.task_id for item in items}
+    starts = [s for s in starts if s.task_id not in completing]  # completion covers the start
+    current = _fences(tx, [*completing, *(s.task_id for s in starts)])
+    _start_many(tx, starts, current)
+    hooked = _hooked_pipelines(tx, [current[i] for i in completing if i in current], hooks)
+    outcome: list[Completed | errors.FredicaError | None] = []
+    plain: list[tuple[CompletionItem, _Fence]] = []
+    seen: set[str] = set()
     for item in items:
+        fence = None if item.task_id in seen else current.get(item.task_id)
+        seen.add(item.task_id)
         try:
-            with tx.savepoint():
-                outcome.append(_complete_one(tx, item, hooks))
+            fence = _reportable(tx, item.task_id, item.attempt, fence, "complete")
         except errors.FredicaError as exc:
             outcome.append(exc)
-        except Exception as exc:
-            if tx.dialect.is_driver_error(exc):
-                raise  # the database failed: the whole transaction is retried or refused
-            # a bug in a template hook: refuse this item only
-            logger.exception("spawn hook failed", extra={"action": "spawn_hook"})
-            outcome.append(errors.InvalidRequest(f"{type(exc).__name__}: {exc}"))
+            continue
+        if fence.pipeline_id in hooked:
+            outcome.append(_complete_hooked(tx, item, hooks))
+        else:
+            plain.append((item, fence))
+            outcome.append(None)
+    _complete_plain(tx, plain)
+    done = iter(Completed(item.task_id, item.attempt, f.pipeline_id) for item, f in plain)
+    results = [o if o is not None else next(done) for o in outcome]
     claimed = claim(tx, flt) if flt is not None else []
-    return outcome, claimed
+    return results, claimed
+
+
+class _Fence(NamedTuple):
+    """What a report is checked against (and what its counters need)."""
+
+    id: str
+    status: str
+    pipeline_id: str | None
+    claimed_by: str | None
+    attempt: int
+
+
+def _fences(tx: Tx, task_ids: Sequence[str]) -> dict[str, _Fence]:
+    """The fences of `task_ids`, their rows locked for this transaction, by id."""
+    unique = list(dict.fromkeys(task_ids))
+    if not unique:
+        return {}
+    marks = ",".join("?" for _ in unique)
+    rows = tx.tuples(
+        "SELECT id, status, pipeline_id, claimed_by, attempt FROM task "
+        f"WHERE id IN ({marks}){tx.dialect.lock}",
+        unique,
+    )
+    return {r[0]: _Fence(*r) for r in rows}
+
+
+def _start_many(tx: Tx, starts: Sequence[StartItem], current: dict[str, _Fence]) -> None:
+    """claimed -> running for the starts that still hold their claim (set-based)."""
+    ok: list[tuple[StartItem, _Fence]] = []
+    for item in starts:
+        fence = current.get(item.task_id)
+        if (
+            fence is not None
+            and fence.claimed_by == tx.node_id
+            and fence.attempt == item.attempt
+            and fence.status == S.CLAIMED.value
+        ):
+            ok.append((item, fence))
+    if not ok:
+        return
+    tx.qmany(
+        "UPDATE task SET status = 'running', started_at = ?, heartbeat_at = ?, updated_at = ?, "
+        "change_seq = ? WHERE id = ? AND attempt = ? AND status = 'claimed'",
+        [(i.started_at, tx.now, tx.now, tx.seq, i.task_id, i.attempt) for i, _ in ok],
+    )
+    tx.events([(i.task_id, "running", None, i.started_at) for i, _ in ok])
+    for _, fence in ok:
+        tx.bump(fence.pipeline_id, S.CLAIMED, S.RUNNING)
+
+
+def _hooked_pipelines(tx: Tx, fences: Iterable[_Fence], hooks: SpawnHookLookup) -> set[str]:
+    """The pipelines among `fences` whose template has a spawn hook."""
+    pipelines = sorted({f.pipeline_id for f in fences if f.pipeline_id is not None})
+    if not pipelines:
+        return set()
+    marks = ",".join("?" for _ in pipelines)
+    found = tx.tuples(
+        f"SELECT id, template FROM pipeline_instance WHERE id IN ({marks})", pipelines
+    )
+    return {pid for pid, template in found if hooks(template) is not None}
+
+
+def _reportable(tx: Tx, task_id: str, attempt: int, fence: _Fence | None, verb: str) -> _Fence:
+    """`fence` if `tx.node_id` still holds the task at `attempt` and it is running work."""
+    if fence is None:
+        raise errors.NotFound(f"task {task_id} not found")
+    if fence.claimed_by != tx.node_id or fence.attempt != attempt:
+        raise errors.StaleAttempt(
+            f"task {task_id}: attempt {attempt} of {tx.node_id} no longer owns it "
+            f"(now attempt {fence.attempt} of {fence.claimed_by}, {fence.status})"
+        )
+    if S(fence.status) not in _REPORTABLE:
+        raise errors.IllegalTransition(
+            f"task {task_id} is {fence.status}; only running work can {verb}"
+        )
+    return fence
+
+
+def _complete_hooked(
+    tx: Tx, item: CompletionItem, hooks: SpawnHookLookup
+) -> Completed | errors.FredicaError:
+    try:
+        with tx.savepoint():
+            done = _complete_one(tx, item, hooks)
+            return Completed(done.id, done.attempt, done.pipeline_id)
+    except errors.FredicaError as exc:
+        return exc
+    except Exception as exc:
+        if tx.dialect.is_driver_error(exc):
+            raise  # the database failed: the whole transaction is retried or refused
+        # a bug in a template hook: refuse this item only
+        logger.exception("spawn hook failed", extra={"action": "spawn_hook"})
+        return errors.InvalidRequest(f"{type(exc).__name__}: {exc}")
+
+
+def _complete_plain(tx: Tx, plain: Sequence[tuple[CompletionItem, _Fence]]) -> None:
+    """Complete checked rows set-based: one statement, the events, the counters, the
+    dependents."""
+    if not plain:
+        return
+    now, seq = tx.now, tx.seq
+    tx.qmany(
+        "UPDATE task SET status = 'completed', result = ?, progress = 100, "
+        "progress_note = NULL, completed_at = ?, error = NULL, error_type = NULL, "
+        "is_paused = 0, retry_after = NULL, updated_at = ?, change_seq = ?, "
+        "backend = COALESCE(?, backend), started_at = COALESCE(?, started_at) "
+        "WHERE id = ? AND attempt = ? AND claimed_by = ?",
+        [
+            (
+                dumps(item.result),
+                now,
+                now,
+                seq,
+                item.backend.backend if item.backend else None,
+                item.started_at,
+                item.task_id,
+                item.attempt,
+                tx.node_id,
+            )
+            for item, _ in plain
+        ],
+    )
+    tx.events([(item.task_id, "completed", _completion_message(item), None) for item, _ in plain])
+    moved: Counter[tuple[str | None, str]] = Counter(
+        (fence.pipeline_id, fence.status) for _, fence in plain
+    )
+    for (pipeline_id, status), n in moved.items():
+        tx.bump(pipeline_id, S(status), S.COMPLETED, n)
+    tx.parents_satisfied([item.task_id for item, _ in plain])
+
+
+def _completion_message(item: CompletionItem) -> str | None:
+    """The completion event names the backend that ran (one event for both facts)."""
+    if item.backend is None:
+        return item.message
+    ran = f"backend {item.backend.message}"
+    return f"{item.message}; {ran}" if item.message else ran
 
 
 def _complete_one(tx: Tx, item: CompletionItem, hooks: SpawnHookLookup) -> Task:
@@ -214,6 +396,7 @@ def _complete_one(tx: Tx, item: CompletionItem, hooks: SpawnHookLookup) -> Task:
             f"task {item.task_id} is {row['status']}; only running work can complete"
         )
     note_backend(tx, item.task_id, item.backend)
+    started: dict[str, Any] = {} if item.started_at is None else {"started_at": item.started_at}
     tx.transition(
         row,
         S.COMPLETED,
@@ -226,6 +409,7 @@ def _complete_one(tx: Tx, item: CompletionItem, hooks: SpawnHookLookup) -> Task:
         error_type=None,
         is_paused=0,
         retry_after=None,
+        **started,
     )
     done = to_task(tx.task_row(item.task_id))
     if row["pipeline_id"] is not None:
@@ -272,6 +456,8 @@ def fail(tx: Tx, failure: Failure) -> Task:
             f"task {failure.task_id} is {row['status']}; only running work can fail"
         )
     note_backend(tx, failure.task_id, failure.backend)
+    if failure.started_at is not None and row["started_at"] is None:
+        tx.q("UPDATE task SET started_at = ? WHERE id = ?", (failure.started_at, failure.task_id))
     if failure.error_type is ErrorType.CANCELLED:
         tx.transition(
             row,
