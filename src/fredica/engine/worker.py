@@ -358,8 +358,8 @@ class WorkerEngine:
 
     def _start_queued(self) -> None:
         while self._queued and len(self._running) < self.settings.max_workers:
-            if self._stopping:
-                return
+            if self._stopping or self.quarantine.active:
+                return  # stop() and the quarantine hand the queue back
             queued = self._queued.pop(next(iter(self._queued)))
             self._launch(queued.task, queued.claimed)
 
@@ -596,6 +596,9 @@ class WorkerEngine:
             raise errors.StaleAttempt(f"task {task.id}: {running.lost}")
         if exc.error_type is ErrorType.RESOURCE:
             self.quarantine.failed_for_resources(task.type, exc.message)
+            if self.quarantine.active and self._queued:
+                # what this node claimed ahead goes back for the others at once
+                self._background_call(self._release_queued("node quarantined"))
         if isinstance(exc, errors.TaskCancelled) and self._releasing:
             await self.store.release(
                 task.id, task.attempt, "node shut down before the task finished", self.node_id
