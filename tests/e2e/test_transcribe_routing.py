@@ -55,9 +55,12 @@ def _check_recorded_is_what_ran(data: dict[str, Any], model: str) -> None:
         )  # fmt: skip
         # ... equals what the node recorded when it chose the backend
         assert task["backend"] == result["backend"]
-        chosen = [e["message"] for e in data["events"][task["id"]] if e["event_type"] == "backend"]
+        # (the completion event names the backend, model and device that were chosen)
+        chosen = [
+            e["message"] for e in data["events"][task["id"]] if e["event_type"] == "completed"
+        ]
         assert len(chosen) == 1, data["events"][task["id"]]
-        match = re.match(r"(\S+) score=\d+ \(model (\S+) on (\w+);", chosen[0])
+        match = re.match(r"backend (\S+) score=\d+ \(model (\S+) on (\w+);", chosen[0])
         assert match, chosen[0]
         assert match.groups() == (result["backend"], result["model"], result["device"])
 

@@ -232,6 +232,8 @@ class WorkerEngine:
                 break
             self._commit_wake.set()
             await asyncio.sleep(0.005)
+        # a commit that was in flight when the stop began may have claimed ahead
+        await self._release_queued("node shutting down before the task started")
         await self._flush_progress()
         for loop_task in self._loops:
             loop_task.cancel()

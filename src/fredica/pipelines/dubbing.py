@@ -25,10 +25,10 @@ transaction (DESIGN §4.3); the transcription part is the media template's own.
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from fredica.domain import errors, models
-from fredica.domain.ids import new_id
 from fredica.domain.spawn import SpawnInput, SpawnPlan
 from fredica.executors import (
     analyze,
@@ -65,7 +65,7 @@ def _task(
     ttype: str, payload: dict[str, Any], deps: tuple[str, ...], **extra: Any
 ) -> models.NewTask:
     return models.NewTask(
-        id=new_id(), type=ttype, payload=payload, depends_on=deps, max_retries=2,
+        id=str(uuid.uuid4()), type=ttype, payload=payload, depends_on=deps, max_retries=2,
         is_pausable=True, **extra,
     )  # fmt: skip
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,6 @@ from urllib.parse import urlsplit
 
 from fredica.capabilities import packaged_models
 from fredica.domain import errors, idempotency, models
-from fredica.domain.ids import new_id
 from fredica.domain.spawn import SpawnInput, SpawnPlan
 from fredica.executors import analyze, audio, download, merge, outputs, split, transcribe
 from fredica.pipelines.request import PipelineRequest
@@ -192,7 +192,7 @@ class MediaTemplate(Template):
         params = _checked_params(request.params)
         material_id = request.material_id or default_material_id(source)
         mdir = outputs.safe_name(material_id)
-        pipeline_id = new_id()
+        pipeline_id = str(uuid.uuid4())
         chunk_sec = _number(params, "chunk_duration_sec", split.DEFAULT_CHUNK_SEC, 1, 3600)
         model_name = params.get("model_name")
         prompt = params.get("initial_prompt")
@@ -311,7 +311,7 @@ class MediaTemplate(Template):
                     ["merge"],
                 )
             )
-        ids = {ref: new_id() for ref, *_ in specs}
+        ids = {ref: str(uuid.uuid4()) for ref, *_ in specs}
         tasks = tuple(
             self._task(
                 layout,
@@ -509,7 +509,7 @@ class MediaTemplate(Template):
                 params.get("priority"),
                 cloud,
                 done.pipeline.publisher_id,
-                task_id=new_id(),
+                task_id=str(uuid.uuid4()),
             )
             new.append(spec)
             previous = spec.id

@@ -18,11 +18,11 @@ and, when the detection completes, the owner routes in the same transaction:
 from __future__ import annotations
 
 import hashlib
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fredica.domain import errors, models
-from fredica.domain.ids import new_id
 from fredica.domain.spawn import SpawnInput, SpawnPlan
 from fredica.executors import hardsub, outputs, speech, subsync, subtitles, translate, tts
 from fredica.pipelines.request import PipelineRequest
@@ -72,7 +72,7 @@ def burn_tasks(
 ) -> tuple[models.NewTask, models.NewTask]:
     """DETECT_HARDCODED_SUBTITLE and BURN_SUBTITLE (which waits for it) for one video; a None
     input is filled in later by the template's hook."""
-    detect_id, burn_id = new_id(), new_id()
+    detect_id, burn_id = str(uuid.uuid4()), str(uuid.uuid4())
     detect = models.NewTask(
         id=detect_id,
         type=DETECT,
@@ -137,7 +137,7 @@ def route_plan(done: SpawnInput) -> SpawnPlan | None:
     region = result.get("region") or {}
     params = done.pipeline.params
     blur = models.NewTask(
-        id=new_id(),
+        id=str(uuid.uuid4()),
         type=BLUR,
         payload={
             "video_path": task.payload.get("video_path"),

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from fredica.domain import errors
-from fredica.domain.ids import new_id
 from fredica.domain.models import NewPipeline, NewTask
 from fredica.domain.spawn import SpawnInput, SpawnPlan
 from fredica.executors import network_test
@@ -96,7 +95,7 @@ class CustomTemplate(Template):
                     f"tasks[{i}] ({spec.ref}): unknown task type {spec.type!r}; known: {known}"
                 )
         order = toposort_refs(request.tasks)
-        ids = {ref: new_id() for ref in order}
+        ids = {ref: str(uuid.uuid4()) for ref in order}
         by_ref = {s.ref: s for s in request.tasks}
         tasks = tuple(
             NewTask(
@@ -140,7 +139,7 @@ class NetworkTestTemplate(Template):
         except errors.TaskError as exc:
             raise errors.InvalidRequest(f"params: {exc.message}") from exc
         task = NewTask(
-            id=new_id(),
+            id=str(uuid.uuid4()),
             type=network_test.TASK_TYPE,
             payload=payload,
             priority=request.priority if request.priority is not None else 5,

@@ -19,11 +19,11 @@ task each, SOFT-affine to the node that holds the frames (`Affinity.soft(node)`,
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fredica.domain import errors, idempotency, models
-from fredica.domain.ids import new_id
 from fredica.domain.spawn import SpawnInput, SpawnPlan
 from fredica.executors import (
     analyze,
@@ -182,7 +182,7 @@ class VideoTemplate(Template):
         params = dict(request.params)
         _check_params(self.name, params)
         material = request.material_id or media.default_material_id(source)
-        plan = _Plan(material, new_id())
+        plan = _Plan(material, str(uuid.uuid4()))
         local = download.local_source(source)
         first: list[str] = []
         if local is None:
@@ -276,7 +276,7 @@ class VideoTemplate(Template):
         local: bool,
         params: dict[str, Any],
     ) -> models.NewPipeline:
-        ids = {ref: new_id() for ref, *_ in plan.specs}
+        ids = {ref: str(uuid.uuid4()) for ref, *_ in plan.specs}
         priority = request.priority if request.priority is not None else 5
         tasks = []
         for ref, ttype, payload, deps in plan.specs:
@@ -386,7 +386,7 @@ def spawn_batches(done: SpawnInput, result: dict[str, Any]) -> SpawnPlan | None:
                 int(params.get("priority") or 5),
                 str(params.get("cloud_preference") or "auto"),
                 done.pipeline.publisher_id,
-                new_id(),
+                str(uuid.uuid4()),
             )
             if holder:
                 spec = dataclasses.replace(
@@ -504,7 +504,7 @@ class TranscribeOcrTemplate(media.MediaTemplate):
         local = download.local_source(str(base.params["source"]))
         plan = _Plan(base.material_id, str(base.id))
         download_task = by_type.get(DL)
-        frames_id, merge_id = new_id(), new_id()
+        frames_id, merge_id = str(uuid.uuid4()), str(uuid.uuid4())
         priority = request.priority if request.priority is not None else 5
         cloud = request.cloud_preference.value
         frames_payload = {

@@ -5,8 +5,9 @@ Liveness and recovery act only on the rows the store is authoritative for (`tx.o
 
 from __future__ import annotations
 
+import uuid
+
 from fredica.domain import errors
-from fredica.domain.ids import new_id
 from fredica.domain.models import (
     ErrorType,
     NewPipeline,
@@ -41,7 +42,7 @@ def create_pipeline(tx: Tx, spec: NewPipeline) -> tuple[Pipeline, bool]:
     ).fetchone()
     if existing is not None:
         return row_to_pipeline(existing), True
-    pipeline_id = spec.id or new_id()
+    pipeline_id = spec.id or str(uuid.uuid4())
     tx.q(
         "INSERT INTO pipeline_instance (id, material_id, template, status, params, "
         "created_by, owner_id, publisher_id, change_seq, created_at, updated_at) "

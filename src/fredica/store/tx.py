@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
 from fredica.domain import errors, states
-from fredica.domain.ids import new_id
 from fredica.domain.models import ErrorType, NewTask, Pipeline, TaskStatus
 from fredica.domain.spawn import SpawnPlan
 from fredica.store import schema
@@ -355,7 +355,7 @@ class Tx:
     ) -> list[tuple[str, bool]]:
         if not specs:
             return []
-        ids = [spec.id or new_id() for spec in specs]
+        ids = [spec.id or str(uuid.uuid4()) for spec in specs]
         self.qmany(
             _INSERT_TASK,
             [
@@ -422,7 +422,7 @@ class Tx:
                     extra={"action": "task_dedupe"},
                 )
                 return str(existing["id"]), False
-        task_id = spec.id or new_id()
+        task_id = spec.id or str(uuid.uuid4())
         parents = list(dict.fromkeys(spec.depends_on))
         unmet = 0
         dead_parent: str | None = None

@@ -395,12 +395,13 @@ def _complete_one(tx: Tx, item: CompletionItem, hooks: SpawnHookLookup) -> Task:
         raise errors.IllegalTransition(
             f"task {item.task_id} is {row['status']}; only running work can complete"
         )
-    note_backend(tx, item.task_id, item.backend)
-    started: dict[str, Any] = {} if item.started_at is None else {"started_at": item.started_at}
+    sets: dict[str, Any] = {} if item.started_at is None else {"started_at": item.started_at}
+    if item.backend is not None:
+        sets["backend"] = item.backend.backend
     tx.transition(
         row,
         S.COMPLETED,
-        message=item.message,
+        message=_completion_message(item),
         result=dumps(item.result),
         progress=100,
         progress_note=None,
@@ -409,7 +410,7 @@ def _complete_one(tx: Tx, item: CompletionItem, hooks: SpawnHookLookup) -> Task:
         error_type=None,
         is_paused=0,
         retry_after=None,
-        **started,
+        **sets,
     )
     done = to_task(tx.task_row(item.task_id))
     if row["pipeline_id"] is not None:
