@@ -89,7 +89,6 @@ def test_kill_9_during_a_batch_loses_nothing_and_runs_nothing_twice_at_once(
         killed_pid = node.proc.pid if node.proc else -1
         left = in_flight(db)
         assert sum(left) >= 1, "the kill came after the batch was committed"
-        print("in flight at the kill:", seen, "left:", left)
 
         # Then, after a restart, every task completes ...
         node.start()

@@ -124,7 +124,7 @@ class WorkerEngine:
         self._done: list[tuple[CompletionItem, _Running]] = []  # awaiting the group commit
         self._commit_wake = asyncio.Event()
         self._committing = False
-        self._avg_run: float | None = None  # moving average of a task's run time (seconds)
+        self._avg_run: dict[str, float] = {}  # moving average of run time by task type (s)
         self._progress: dict[str, tuple[int, int, str | None]] = {}
         self._progress_dirty = asyncio.Event()
         self.recovery: RecoveryReport | None = None
@@ -300,7 +300,8 @@ class WorkerEngine:
             self._wake.clear()
             self._start_queued()
             await self._release_overdue()
-            want = self._claim_want()
+            free, ahead, short = self._claim_plan()
+            want = free + ahead
             if want <= 0:  # a finishing task wakes us as it frees its slot
                 await self._wait_wake(self.settings.idle_poll_interval)
                 continue
@@ -311,7 +312,8 @@ class WorkerEngine:
                 # until its claim returns, so together they never take more than they may
                 self._reserved += want
                 try:
-                    claimed = await self.store.claim(self._claim_filter(want, types), self.node_id)
+                    flt = self._claim_filter(free, types, ahead, short)
+                    claimed = await self.store.claim(flt, self.node_id)
                 except errors.StoreError as exc:
                     await self._store_trouble("claim", exc)
                     continue
@@ -330,22 +332,31 @@ class WorkerEngine:
             await self._wait_wake(interval)
 
     # --- claiming ahead -----------------------------------------------------------------------
-    def _claim_want(self) -> int:
-        """How many tasks to claim now: the free slots, plus what is expected to start within
-        half the claim-ahead window (from the recent run time of tasks here)."""
-        busy = len(self._running) + len(self._queued) + self._reserved
-        return self.settings.max_workers + self._ahead_target() - busy
-
-    def _ahead_target(self) -> int:
+    def _claim_plan(self) -> tuple[int, int, frozenset[str]]:
+        """What to claim now: (free slots, tasks to claim ahead, the short task types that may
+        be claimed ahead). Ahead of the free slots a node claims only short work, and only as
+        much as it expects to start within a quarter of the claim-ahead window."""
         s = self.settings
-        if s.claim_ahead <= 0 or self._avg_run is None:
-            return 0
-        expected = s.max_workers * (s.claim_ahead_window / 4) / max(self._avg_run, 1e-6)
-        return min(s.claim_ahead, int(expected))
+        busy = len(self._running) + len(self._queued) + self._reserved
+        free = max(0, s.max_workers - busy)
+        short = self._short_types()
+        if not short or s.claim_ahead <= 0:
+            return free, 0, short
+        slowest = max(self._avg_run[t] for t in short)
+        target = min(s.claim_ahead, int(s.max_workers * (s.claim_ahead_window / 4) / slowest))
+        waiting = max(0, busy - s.max_workers)  # already claimed beyond the slots
+        return free, max(0, target - waiting), short
+
+    def _short_types(self) -> frozenset[str]:
+        """Task types whose recent run time is short next to the claim-ahead window."""
+        limit = self.settings.claim_ahead_window / 8
+        return frozenset(t for t, avg in self._avg_run.items() if max(avg, 1e-6) <= limit)
 
     def _note_run_time(self, running: _Running) -> None:
         took = time.monotonic() - running.launched
-        self._avg_run = took if self._avg_run is None else 0.8 * self._avg_run + 0.2 * took
+        task_type = running.task.type
+        avg = self._avg_run.get(task_type)
+        self._avg_run[task_type] = took if avg is None else 0.8 * avg + 0.2 * took
 
     def _accept(self, claimed: list[models.Task]) -> None:
         """Queue what a claim returned (claim order) and start what the free slots allow."""
@@ -424,20 +435,28 @@ class WorkerEngine:
         busy = self.selector.saturated_functions(self._active_by_backend)
         return self.selector.claimable_types(self.registry.task_types, busy)
 
-    def _claim_filter(self, limit: int, types: frozenset[str]) -> ClaimFilter:
+    def _claim_filter(
+        self,
+        free: int,
+        types: frozenset[str],
+        ahead: int = 0,
+        short: frozenset[str] = frozenset(),
+    ) -> ClaimFilter:
         cloud_only, local_only = (
             self.selector.preference_gates(types) if self.selector is not None else (None, None)
         )
-        # only what starts at once is claimed straight into running; a task claimed ahead is
-        # `claimed` until it starts (a crash hands it back without counting an attempt)
-        free = self.settings.max_workers - len(self._running) - len(self._queued)
+        # what fills a free slot starts at once (claimed straight into running); what is
+        # claimed ahead stays `claimed` until it starts (a crash hands it back without
+        # counting an attempt)
         return ClaimFilter(
-            limit=limit,
+            limit=free,
             types=types,
-            start=limit <= free,
+            start=True,
             pausable=self._pausable,
             cloud_only_types=cloud_only,
             local_only_types=local_only,
+            ahead=ahead,
+            ahead_types=short & types,
         )
 
     async def _wait_wake(self, timeout: float) -> None:
@@ -681,10 +700,10 @@ class WorkerEngine:
     async def _commit(
         self, batch: list[tuple[CompletionItem, _Running]], starts: list[StartItem]
     ) -> None:
-        want = 0 if self._stopping else self._claim_want()
-        types = self.claimable_types() if want > 0 else frozenset()
-        flt = self._claim_filter(want, types) if want > 0 and types else None
-        reserved = flt.limit if flt is not None else 0
+        free, ahead, short = (0, 0, frozenset[str]()) if self._stopping else self._claim_plan()
+        types = self.claimable_types() if free + ahead > 0 else frozenset()
+        flt = self._claim_filter(free, types, ahead, short) if types else None
+        reserved = flt.limit + flt.ahead if flt is not None else 0
         self._reserved += reserved
         try:
             outcomes, claimed = await self.store.complete_and_claim(

@@ -73,6 +73,10 @@ class ClaimFilter:
     pausable: dict[str, bool] = field(default_factory=dict)
     cloud_only_types: frozenset[str] | None = None
     local_only_types: frozenset[str] | None = None
+    #: then up to `ahead` more of `ahead_types` (short work), claimed but not started: the
+    #: node's claim-ahead queue
+    ahead: int = 0
+    ahead_types: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -304,7 +304,7 @@ class SQLStore(TaskStore):
 
     # --- claims and reports ---------------------------------------------------------------------
     async def claim(self, flt: ClaimFilter, node_id: str | None = None) -> list[Task]:
-        if flt.limit <= 0 or (flt.types is not None and not flt.types):
+        if (flt.limit <= 0 and flt.ahead <= 0) or (flt.types is not None and not flt.types):
             return []
         return await self._work(lambda tx: work.claim(tx, flt), node_id)
 

@@ -44,12 +44,23 @@ _REPORTABLE = (S.RUNNING, S.STALE, S.CLAIMED)
 
 # --- claiming -------------------------------------------------------------------------------
 def claim(tx: Tx, flt: ClaimFilter) -> list[Task]:
-    """Claim up to `flt.limit` ready tasks for `tx.node_id` (see `TaskStore.claim`).
+    """Claim up to `flt.limit` ready tasks for `tx.node_id` (see `TaskStore.claim`), then up
+    to `flt.ahead` more of `flt.ahead_types`, claimed but not started.
 
-    One set-based `UPDATE … WHERE id IN (ready scan) RETURNING`: the claimed rows come back
-    as written, so nothing is read twice. A claim that starts the tasks at once writes one
-    event for both steps (`claimed`, "started at once")."""
-    if flt.limit <= 0 or (flt.types is not None and not flt.types):
+    Each part is one set-based `UPDATE … WHERE id IN (ready scan) RETURNING`: the claimed rows
+    come back as written, so nothing is read twice. A claim that starts the tasks at once
+    writes one event for both steps (`claimed`, "started at once")."""
+    claimed = _claim_part(tx, flt, flt.limit, flt.types, flt.start)
+    if flt.ahead > 0:
+        ahead_types = flt.ahead_types if flt.types is None else flt.ahead_types & flt.types
+        claimed += _claim_part(tx, flt, flt.ahead, ahead_types, False)
+    return claimed
+
+
+def _claim_part(
+    tx: Tx, flt: ClaimFilter, limit: int, types: frozenset[str] | None, start: bool
+) -> list[Task]:
+    if limit <= 0 or (types is not None and not types):
         return []
     node_id = tx.node_id
     where = [
@@ -61,9 +72,9 @@ def claim(tx: Tx, flt: ClaimFilter) -> list[Task]:
         "(affinity_kind IS NULL OR affinity_kind = 'SOFT' OR affinity_node_id = ?)",
     ]
     params: list[Any] = [*tx.own_params, tx.now, f'%"{node_id}"%', node_id]
-    if flt.types is not None:
-        where.append(f"type IN ({','.join('?' for _ in flt.types)})")
-        params.extend(sorted(flt.types))
+    if types is not None:
+        where.append(f"type IN ({','.join('?' for _ in types)})")
+        params.extend(sorted(types))
     for preference, allowed in (
         ("cloud_only", flt.cloud_only_types),
         ("local_only", flt.local_only_types),
@@ -72,7 +83,7 @@ def claim(tx: Tx, flt: ClaimFilter) -> list[Task]:
             marks = ",".join("?" for _ in allowed) or "NULL"
             where.append(f"(cloud_preference != ? OR type IN ({marks}))")
             params += [preference, *sorted(allowed)]
-    params.append(flt.limit)
+    params.append(limit)
     ids = [
         r[0]
         for r in tx.tuples(
@@ -83,14 +94,14 @@ def claim(tx: Tx, flt: ClaimFilter) -> list[Task]:
     ]
     if not ids:
         return []
-    status = S.RUNNING if flt.start else S.CLAIMED
+    status = S.RUNNING if start else S.CLAIMED
     sets = (
         "status = ?, claimed_by = ?, claimed_at = ?, heartbeat_at = ?, attempt = attempt + 1, "
         "original_claimed_by = COALESCE(original_claimed_by, ?), is_paused = 0, "
         "cancel_requested = 0, progress = 0, progress_note = NULL, updated_at = ?, change_seq = ?"
     )
     set_params: list[Any] = [status.value, node_id, tx.now, tx.now, node_id, tx.now, tx.seq]
-    if flt.start:
+    if start:
         sets += ", started_at = ?"
         set_params.append(tx.now)
     if flt.pausable:
@@ -106,7 +117,7 @@ def claim(tx: Tx, flt: ClaimFilter) -> list[Task]:
     if not rows:
         return []
     tasks = sorted(map(task_from_values, rows), key=lambda t: (-t.priority, t.created_at))
-    message = "started at once" if flt.start else None
+    message = "started at once" if start else None
     tx.events(
         [
             (t.id, "claimed", f"{message} (attempt {t.attempt})" if message else None, None)
