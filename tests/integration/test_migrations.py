@@ -98,4 +98,16 @@ async def test_version_2_events_keep_their_order_under_integer_keys(tmp_path: Pa
     with sqlite3.connect(path) as raw:
         indexes = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='index'")}
     assert "task_claimer" not in indexes
-    assert {"task_status", "task_pipeline", "task_created", "pipeline_status"} <= indexes
+    assert {
+        "task_status",
+        "task_pipeline",
+        "task_created",
+        "pipeline_status",
+        "task_ord",
+    } <= indexes
+    with sqlite3.connect(path) as raw:
+        # events point at their task's insertion order (the index that keeps a batch local)
+        ords = raw.execute(
+            "SELECT DISTINCT e.task_ord = t.ord FROM task_event e JOIN task t ON t.id = e.task_id"
+        ).fetchall()
+    assert ords == [(1,)]

@@ -64,6 +64,9 @@ class Dialect:
     #: a statement taking a transaction-long lock on a key (`?`), where writers run in
     #: parallel; "" where the whole database is locked for each write anyway
     key_lock: str = ""
+    #: the SQL value of a new task's `ord` (insertion order), or None where the database
+    #: assigns it itself
+    new_task_ord: str | None = None
     #: run a query and return plain tuples (no per-column name lookups: the hot path)
     tuples: Callable[[Conn, str, Sequence[Any]], list[tuple[Any, ...]]] | None = None
 
@@ -80,6 +83,7 @@ TASK_COLUMNS = (
     "is_paused, is_pausable, attempt, cancel_requested, backend, change_seq, created_at, "
     "updated_at, claimed_at, started_at, completed_at, heartbeat_at, stale_at, reclaimed_at"
 )
+TASK_FIELDS = tuple(c.strip() for c in TASK_COLUMNS.split(","))
 PIPELINE_COLUMNS = (
     "id, material_id, template, status, params, total_tasks, done_tasks, n_pending, n_claimed, "
     "n_running, n_stale, n_reclaimed, n_completed, n_failed, n_cancelled, n_skipped, "

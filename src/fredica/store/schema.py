@@ -174,25 +174,32 @@ INSERT INTO app_config_v2 (node_id, key, value, updated_at)
 DROP TABLE app_config;
 ALTER TABLE app_config_v2 RENAME TO app_config;
 """,
-    # 3: the engine hot path (DESIGN §4.13): integer event keys; indexes reviewed against the
-    # queries that use them: a status change no longer rewrites the pipeline and claimer
-    # indexes, and every list (all, by status, by pipeline, by type) walks an index in its
-    # order, so a page costs the same at any depth of a keyset cursor.
+    # 3: the engine hot path (DESIGN §4.13): integer event keys; events indexed by their task's
+    # insertion order (`task.ord`), so the events of a batch land on a few index pages instead
+    # of one page per random task id; indexes reviewed against the queries that use them: a
+    # status change no longer rewrites the pipeline and claimer indexes, and every list (all,
+    # by status, by pipeline, by type) walks an index in its order, so a page costs the same at
+    # any depth of a keyset cursor.
     """
+ALTER TABLE task ADD COLUMN ord INTEGER;
+UPDATE task SET ord = rowid;
+CREATE INDEX task_ord ON task (ord);
 CREATE TABLE task_event_v3 (
     id INTEGER PRIMARY KEY,
     task_id TEXT NOT NULL,
+    task_ord INTEGER NOT NULL DEFAULT 0,
     node_id TEXT NOT NULL,
     event_type TEXT NOT NULL,
     message TEXT,
     occurred_at REAL NOT NULL
 );
-INSERT INTO task_event_v3 (task_id, node_id, event_type, message, occurred_at)
-    SELECT task_id, node_id, event_type, message, occurred_at FROM task_event
-    ORDER BY occurred_at, rowid;
+INSERT INTO task_event_v3 (task_id, task_ord, node_id, event_type, message, occurred_at)
+    SELECT e.task_id, COALESCE(t.ord, 0), e.node_id, e.event_type, e.message, e.occurred_at
+    FROM task_event e LEFT JOIN task t ON t.id = e.task_id
+    ORDER BY e.occurred_at, e.rowid;
 DROP TABLE task_event;
 ALTER TABLE task_event_v3 RENAME TO task_event;
-CREATE INDEX task_event_task ON task_event (task_id);
+CREATE INDEX task_event_task ON task_event (task_ord, task_id);
 DROP INDEX task_claimer;
 DROP INDEX task_status;
 DROP INDEX task_pipeline;

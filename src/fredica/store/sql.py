@@ -490,7 +490,8 @@ class SQLStore(TaskStore):
     async def task_events(self, task_id: str) -> list[TaskEvent]:
         sql = (
             "SELECT id, task_id, node_id, event_type, message, occurred_at FROM task_event "
-            "WHERE task_id = ? ORDER BY occurred_at, id"
+            "WHERE task_ord = COALESCE((SELECT ord FROM task WHERE id = ?), 0) AND task_id = ? "
+            "ORDER BY occurred_at, id"
         )
 
         def read(conn: Conn) -> list[TaskEvent]:
@@ -503,7 +504,7 @@ class SQLStore(TaskStore):
                     r["message"],
                     r["occurred_at"],
                 )
-                for r in conn.execute(sql, (task_id,))
+                for r in conn.execute(sql, (task_id, task_id))
             ]
 
         return await self._read(read)

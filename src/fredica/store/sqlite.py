@@ -33,6 +33,7 @@ DIALECT = Dialect(
     claim_hint="INDEXED BY task_ready",
     insertion_order="rowid",
     driver_errors=(sqlite3.Error,),
+    new_task_ord="(SELECT COALESCE(MAX(ord), 0) + 1 FROM task)",
     tuples=lambda conn, sql, params: _tuples(cast(sqlite3.Connection, conn), sql, params),
 )
 

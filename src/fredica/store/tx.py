@@ -36,13 +36,28 @@ logger = logging.getLogger(__name__)
 
 S = TaskStatus
 
-_INSERT_TASK = (
-    "INSERT INTO task (id, type, pipeline_id, material_id, status, priority, depends_on, "
+_TASK_INSERT_COLUMNS = (
+    "id, type, pipeline_id, material_id, status, priority, depends_on, "
     "payload, cache_policy, cloud_preference, publisher_id, idempotency_key, "
     "max_retries, created_by, owner_id, file_node_id, affinity_kind, affinity_node_id, "
-    "is_pausable, change_seq, unmet_deps, created_at, updated_at) "
-    "VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "is_pausable, change_seq, unmet_deps, created_at, updated_at"
 )
+_TASK_INSERT_VALUES = "?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
+# an event carries its task's insertion order: the index (task_ord, task_id) keeps the events
+# of tasks created together on the same pages
+_INSERT_EVENT = (
+    "INSERT INTO task_event (task_id, task_ord, node_id, event_type, message, occurred_at) "
+    "VALUES (?, COALESCE((SELECT ord FROM task WHERE id = ?), 0), ?, ?, ?, ?)"
+)
+
+
+def insert_task_sql(dialect: Dialect) -> str:
+    if dialect.new_task_ord is None:
+        return f"INSERT INTO task ({_TASK_INSERT_COLUMNS}) VALUES ({_TASK_INSERT_VALUES})"
+    return (
+        f"INSERT INTO task ({_TASK_INSERT_COLUMNS}, ord) "
+        f"VALUES ({_TASK_INSERT_VALUES}, {dialect.new_task_ord})"
+    )
 
 
 class Tx:
@@ -108,12 +123,21 @@ class Tx:
         if rows:
             self.conn.executemany(sql, rows)
 
+    def events_of(self, events: Sequence[tuple[str, int, str, str | None, float | None]]) -> None:
+        """Write `(task_id, task_ord, event_type, message, at)` events in one driver call (the
+        caller read each task's `ord` already)."""
+        self.qmany(
+            "INSERT INTO task_event (task_id, task_ord, node_id, event_type, message, "
+            "occurred_at) VALUES (?, ?, ?, ?, ?, ?)",
+            [(t, o, self.node_id, kind, msg, at or self.now) for t, o, kind, msg, at in events],
+        )
+        self.events_written += len(events)
+
     def events(self, events: Sequence[tuple[str, str, str | None, float | None]]) -> None:
         """Write `(task_id, event_type, message, at)` events in one driver call."""
         self.qmany(
-            "INSERT INTO task_event (task_id, node_id, event_type, message, occurred_at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [(t, self.node_id, kind, msg, at or self.now) for t, kind, msg, at in events],
+            _INSERT_EVENT,
+            [(t, t, self.node_id, kind, msg, at or self.now) for t, kind, msg, at in events],
         )
         self.events_written += len(events)
 
@@ -135,11 +159,7 @@ class Tx:
     def event(
         self, task_id: str, event_type: str, message: str | None = None, at: float | None = None
     ) -> None:
-        self.q(
-            "INSERT INTO task_event (task_id, node_id, event_type, message, occurred_at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (task_id, self.node_id, event_type, message, at or self.now),
-        )
+        self.q(_INSERT_EVENT, (task_id, task_id, self.node_id, event_type, message, at or self.now))
         self.events_written += 1
 
     def bump(
@@ -357,7 +377,7 @@ class Tx:
             return []
         ids = [spec.id or str(uuid.uuid4()) for spec in specs]
         self.qmany(
-            _INSERT_TASK,
+            insert_task_sql(self.dialect),
             [
                 self._task_values(i, s, pipeline_id, material_id, owner, [], 0)
                 for i, s in zip(ids, specs, strict=True)
@@ -436,7 +456,7 @@ class Tx:
             if pstatus in (S.FAILED, S.CANCELLED):
                 dead_parent = parent
         self.q(
-            _INSERT_TASK,
+            insert_task_sql(self.dialect),
             self._task_values(task_id, spec, pipeline_id, material_id, owner, parents, unmet),
         )
         if parents:

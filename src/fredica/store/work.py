@@ -28,6 +28,7 @@ from fredica.store.base import (
 from fredica.store.rows import (
     PIPELINE_COLUMNS,
     TASK_COLUMNS,
+    TASK_FIELDS,
     Row,
     dumps,
     row_to_pipeline,
@@ -111,17 +112,24 @@ def _claim_part(
             set_params += [task_type, int(pausable)]
     rows = tx.tuples(
         f"UPDATE task SET {sets} WHERE id IN ({','.join('?' for _ in ids)}) "
-        f"RETURNING {TASK_COLUMNS}",
+        f"RETURNING {TASK_COLUMNS}, ord",
         [*set_params, *ids],
     )
     if not rows:
         return []
     tasks = sorted(map(task_from_values, rows), key=lambda t: (-t.priority, t.created_at))
     message = "started at once" if start else None
-    tx.events(
+    attempt = TASK_FIELDS.index("attempt")
+    tx.events_of(
         [
-            (t.id, "claimed", f"{message} (attempt {t.attempt})" if message else None, None)
-            for t in tasks
+            (
+                r[0],
+                r[-1] or 0,
+                "claimed",
+                f"{message} (attempt {r[attempt]})" if message else None,
+                None,
+            )
+            for r in rows
         ]
     )
     for task in tasks:
@@ -271,6 +279,7 @@ class _Fence(NamedTuple):
     pipeline_id: str | None
     claimed_by: str | None
     attempt: int
+    ord: int | None
 
 
 def _fences(tx: Tx, task_ids: Sequence[str]) -> dict[str, _Fence]:
@@ -280,7 +289,7 @@ def _fences(tx: Tx, task_ids: Sequence[str]) -> dict[str, _Fence]:
         return {}
     marks = ",".join("?" for _ in unique)
     rows = tx.tuples(
-        "SELECT id, status, pipeline_id, claimed_by, attempt FROM task "
+        "SELECT id, status, pipeline_id, claimed_by, attempt, ord FROM task "
         f"WHERE id IN ({marks}){tx.dialect.lock}",
         unique,
     )
@@ -306,7 +315,7 @@ def _start_many(tx: Tx, starts: Sequence[StartItem], current: dict[str, _Fence])
         "change_seq = ? WHERE id = ? AND attempt = ? AND status = 'claimed'",
         [(i.started_at, tx.now, tx.now, tx.seq, i.task_id, i.attempt) for i, _ in ok],
     )
-    tx.events([(i.task_id, "running", None, i.started_at) for i, _ in ok])
+    tx.events_of([(i.task_id, f.ord or 0, "running", None, i.started_at) for i, f in ok])
     for _, fence in ok:
         tx.bump(fence.pipeline_id, S.CLAIMED, S.RUNNING)
 
@@ -383,7 +392,9 @@ def _complete_plain(tx: Tx, plain: Sequence[tuple[CompletionItem, _Fence]]) -> N
             for item, _ in plain
         ],
     )
-    tx.events([(item.task_id, "completed", _completion_message(item), None) for item, _ in plain])
+    tx.events_of(
+        [(i.task_id, f.ord or 0, "completed", _completion_message(i), None) for i, f in plain]
+    )
     moved: Counter[tuple[str | None, str]] = Counter(
         (fence.pipeline_id, fence.status) for _, fence in plain
     )
