@@ -166,7 +166,7 @@ ALTER TABLE task_event ADD PRIMARY KEY (id);
 ALTER TABLE task_event ADD COLUMN task_ord BIGINT NOT NULL DEFAULT 0;
 UPDATE task_event e SET task_ord = t.ord FROM task t WHERE t.id = e.task_id;
 DROP INDEX task_event_task;
-CREATE INDEX task_event_task ON task_event (task_ord, task_id);
+CREATE INDEX task_event_task ON task_event (task_ord, task_id, occurred_at, id);
 DROP INDEX task_claimer;
 DROP INDEX task_status;
 DROP INDEX task_pipeline;

@@ -199,7 +199,7 @@ INSERT INTO task_event_v3 (task_id, task_ord, node_id, event_type, message, occu
     ORDER BY e.occurred_at, e.rowid;
 DROP TABLE task_event;
 ALTER TABLE task_event_v3 RENAME TO task_event;
-CREATE INDEX task_event_task ON task_event (task_ord, task_id);
+CREATE INDEX task_event_task ON task_event (task_ord, task_id, occurred_at);
 DROP INDEX task_claimer;
 DROP INDEX task_status;
 DROP INDEX task_pipeline;
