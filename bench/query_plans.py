@@ -38,7 +38,7 @@ async def _exercise(path: Path, statements: list[str]) -> None:
     try:
         for p in range(4):
             tasks = [NewTask(type=TYPE, id=f"p{p}-t{i}") for i in range(500)]
-            tasks.append(NewTask(type=TYPE, id=f"p{p}-merge", depends_on=("p{p}-t0".format(p=p),)))
+            tasks.append(NewTask(type=TYPE, id=f"p{p}-merge", depends_on=(f"p{p}-t0",)))
             await store.create_pipeline(
                 NewPipeline(template="custom", material_id=f"plans:{p}", tasks=tuple(tasks))
             )
