@@ -228,6 +228,9 @@ class SQLiteCloner:
                     conn.execute("ROLLBACK")
                     raise
                 conn.execute("COMMIT")
+            # write the load back now, not during the claims measured next (a backlog built
+            # over minutes through the API has had its checkpoints)
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
             conn.close()
 
@@ -265,3 +268,9 @@ class PostgresCloner:
                             for row in chunk[table.name]:
                                 copy.write_row(row)
                 conn.commit()
+            # the state autovacuum reaches a minute after such a load (a backlog built over
+            # minutes through the API has been analysed and checkpointed as it grew): statistics
+            # for the planner, and the load written back now rather than during the claims
+            conn.autocommit = True
+            conn.execute(f"ANALYZE {', '.join(TABLES)}")
+            conn.execute("CHECKPOINT")

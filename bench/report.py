@@ -255,7 +255,7 @@ def _rounds_count(doc: dict[str, Any]) -> int:
 
 def _median_of(doc: dict[str, Any]) -> str:
     n = _rounds_count(doc)
-    return f"median of {n} rounds" if n > 1 else "one round"
+    return {0: "not run", 1: "one round"}.get(n, f"median of {n} rounds")
 
 
 def _xr(doc: dict[str, Any], name: str) -> str:
