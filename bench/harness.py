@@ -1,10 +1,11 @@
 """`python -m bench`: run the benchmarks and write bench/results/latest.{json,md}.
 
 Benchmarks (`--only NAME`, repeatable): noop (fredica 2 and 8 workers, the PostgreSQL store,
-Huey 2 and 8 workers, Celery), claim, claim_pg, latency, fanout, media. The quick default keeps
-the whole run near ten minutes on two cores; `--full` samples more and waits longer. Peers run
-only inside `noop`, next to fredica, so a ratio never mixes runs: `noop` runs every system once
-per round (`--rounds`, default 3), in alternating order, and reports medians over rounds.
+Huey 2 and 8 workers, Celery), claim, claim_pg, latency, fanout, media. The quick default took
+16 minutes on two cores with the engine of 2026-12 (11 of them the no-op rounds, most of that the
+PostgreSQL runs at ~200 tasks/s); `--full` samples more and waits longer. Peers run only inside
+`noop`, next to fredica, so a ratio never mixes runs: `noop` runs every system once per round
+(`--rounds`, default 3), in alternating order, and reports medians over rounds.
 """
 
 from __future__ import annotations
