@@ -4,9 +4,10 @@ partial index over ready tasks.)
 
 For each size N a fresh database holds N pending no-op tasks, half of them blocked on an
 unfinished parent: each pipeline has one `BENCH_GATE` task that another node has claimed and is
-running, 50 ready tasks and 50 tasks depending on the gate. Then K times: `store.claim` with
-limit 1 straight into running (as the engine claims) and `store.complete_many` with the real
-registry's hooks (as the engine completes). Both are timed separately.
+running, 50 ready tasks and 50 tasks depending on the gate (`bench/backlog.py`: one pipeline
+through the store API, bulk copies of its rows for the rest). Then K times: `store.claim` with
+limit 1 straight into running (as the engine claims) and `store.complete_and_claim` with the
+real registry's hooks (as the engine completes). Both are timed separately.
 """
 
 from __future__ import annotations
@@ -18,19 +19,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import noop_plugin
+from bench import backlog, noop_plugin
 from bench.util import log, mean, percentile, rnd
-from fredica.domain.models import NewPipeline, NewTask
 from fredica.engine.registry import Registry, builtin_registry
 from fredica.store.base import ClaimFilter, CompletionItem, TaskStore
 from fredica.store.sqlite import SQLiteTaskStore
 
 NODE_ID = "bench-node"
-OTHER_NODE = "bench-other-node"
-GATE = "BENCH_GATE"
-HALF = 50  # ready tasks per pipeline; as many again are blocked on the gate
-PIPELINE_PENDING = 2 * HALF
-SIZE_LABELS = {1_000: "1k", 10_000: "10k", 100_000: "100k"}
+PIPELINE_PENDING = backlog.PIPELINE_PENDING
+SIZE_LABELS = {1_000: "1k", 10_000: "10k", 100_000: "100k", 1_000_000: "1M"}
+
+#: a fresh store for one backlog size, and what copies rows into its database
+OpenStore = Callable[[int], tuple[TaskStore, backlog.Cloner]]
 
 
 def label(size: int) -> str:
@@ -41,22 +41,6 @@ def _registry() -> Registry:
     registry = builtin_registry()
     noop_plugin.register(registry)
     return registry
-
-
-async def build_backlog(store: TaskStore, pending: int) -> None:
-    """`pending` pending no-op tasks, half blocked on a running parent (one gate per pipeline of
-    100 pending tasks, created in one transaction each)."""
-    pipelines = max(1, pending // PIPELINE_PENDING)
-    for p in range(pipelines):
-        gate_id = f"gate-{p}"
-        gate = NewTask(type=GATE, id=gate_id)
-        ready = tuple(NewTask(type=noop_plugin.NOOP) for _ in range(HALF))
-        blocked = tuple(NewTask(type=noop_plugin.NOOP, depends_on=(gate_id,)) for _ in range(HALF))
-        await store.create_pipeline(
-            NewPipeline("custom", f"bench-backlog:{p}", (gate, *ready, *blocked))
-        )
-    # The gates are running on another node: their children stay blocked for the whole run.
-    await store.claim(ClaimFilter(limit=pipelines, types=frozenset({GATE}), start=True), OTHER_NODE)
 
 
 async def explain_claim(store: SQLiteTaskStore) -> dict[str, Any]:
@@ -113,30 +97,29 @@ async def measure(store: TaskStore, claims: int) -> dict[str, Any]:
 
 def run(data_dir: Path, sizes: list[int], claims: int) -> dict[str, Any]:
     """The SQLite store: a fresh file per backlog size."""
-    return run_on(
-        lambda size: SQLiteTaskStore(data_dir / f"claim-{label(size)}" / "fredica.db", NODE_ID),
-        sizes,
-        claims,
-    )
+
+    def open_store(size: int) -> tuple[TaskStore, backlog.Cloner]:
+        path = data_dir / f"claim-{label(size)}" / "fredica.db"
+        return SQLiteTaskStore(path, NODE_ID), backlog.SQLiteCloner(path)
+
+    return run_on(open_store, sizes, claims)
 
 
-def run_on(open_store: Callable[[int], TaskStore], sizes: list[int], claims: int) -> dict[str, Any]:
+def run_on(open_store: OpenStore, sizes: list[int], claims: int) -> dict[str, Any]:
     """Claim cost on the stores `open_store(size)` opens (one fresh database per size)."""
     return asyncio.run(_run(open_store, sizes, claims))
 
 
-async def _run(
-    open_store: Callable[[int], TaskStore], sizes: list[int], claims: int
-) -> dict[str, Any]:
+async def _run(open_store: OpenStore, sizes: list[int], claims: int) -> dict[str, Any]:
     registry = _registry()
     per_size: dict[str, Any] = {}
     plan: dict[str, Any] | None = None
     for size in sizes:
-        store = open_store(size)
+        store, cloner = open_store(size)
         store.set_hooks(registry.spawn_hook)
         try:
             t = time.perf_counter()
-            await build_backlog(store, size)
+            await backlog.build(store, cloner, size)
             built = time.perf_counter() - t
             counts = await store.count_by_status()
             # A quarter of the backlog at most, so the ready half is never drained mid-run.
@@ -160,6 +143,7 @@ async def _run(
         "config": (
             "store.claim(limit 1, start) + store.complete_and_claim with the registry hooks, on "
             f"a fresh database per size; pipelines of {PIPELINE_PENDING} pending tasks, half "
-            "blocked on a parent running on another node"
+            "blocked on a parent running on another node (one pipeline through the store API, "
+            "bulk copies of its rows for the rest)"
         ),
     }

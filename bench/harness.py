@@ -1,15 +1,18 @@
 """`python -m bench`: run the benchmarks and write bench/results/latest.{json,md}.
 
-Benchmarks (`--only NAME`, repeatable): noop (fredica 2 and 8 workers, Huey, Celery), claim,
-latency, fanout, media. The quick default keeps the whole run under ten minutes on two cores;
-`--full` samples more and waits longer. Peers run only inside `noop`, next to fredica, so a
-ratio never mixes runs.
+Benchmarks (`--only NAME`, repeatable): noop (fredica 2 and 8 workers, the PostgreSQL store,
+Huey 2 and 8 workers, Celery), claim, claim_pg, latency, fanout, media. The quick default took
+16 minutes on two cores with the engine of 2026-12 (11 of them the no-op rounds, most of that the
+PostgreSQL runs at ~200 tasks/s); `--full` samples more and waits longer. Peers run only inside
+`noop`, next to fredica, so a ratio never mixes runs: `noop` runs every system once per round
+(`--rounds`, default 3), in alternating order, and reports medians over rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import importlib
 import importlib.util
@@ -26,7 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import claim_cost, fredica_runs, peers, pg_runs, pgserver, report
+from bench import claim_cost, fredica_runs, peers, pg_runs, pgserver, report, rounds
 from bench.util import log
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -40,12 +43,16 @@ class Config:
     noop_tasks: int = 10_000
     pipeline_size: int = 1_000
     fredica_workers: tuple[int, ...] = (2, 8)
-    peer_workers: int = 2
+    #: Huey thread workers, one system per count
+    peer_workers: tuple[int, ...] = (2, 8)
+    celery_workers: tuple[int, ...] = (2,)
     peers: bool = True
+    #: noop: every system once per round, alternating order; medians over rounds
+    rounds: int = 3
     #: PostgreSQL store: node processes sharing one database (2 workers each)
     pg_nodes: tuple[int, ...] = (1, 2, 3)
     noop_deadline_s: float = 90.0
-    claim_sizes: tuple[int, ...] = (1_000, 10_000, 100_000)
+    claim_sizes: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000)
     claims_per_size: int = 500
     latency_push_samples: int = 50
     latency_poll_samples: int = 8
@@ -67,51 +74,70 @@ FULL = replace(
 
 # --- the benchmarks --------------------------------------------------------------------------
 def bench_noop(cfg: Config, work: Path) -> dict[str, Any]:
-    """fredica with each worker count, then the peers, one after the other in this run."""
-    runs: list[tuple[str, Callable[[], dict[str, Any]]]] = []
+    """fredica with each worker count, the PostgreSQL store, then the peers: each system once
+    per round, the order alternating between rounds; each system's medians over the rounds."""
+    with contextlib.ExitStack() as stack:
+        server = None
+        if cfg.pg_nodes and pgserver.bindir() is not None:
+            # one server for every PostgreSQL run (a fresh database each): no initdb per run
+            server = pgserver.PgServer(durable=True)
+            server.start()
+            stack.callback(server.stop)
+        elif cfg.pg_nodes:
+            log(f"noop: PostgreSQL store skipped: {pgserver.SETUP}")
+        systems = noop_systems(cfg, server)
+        log(f"noop: {len(systems)} systems x {cfg.rounds} rounds, {cfg.noop_tasks} tasks each")
+        return rounds.run_rounds(systems, cfg.rounds, work)
+
+
+def noop_systems(
+    cfg: Config, pg: pgserver.PgServer | None
+) -> dict[str, Callable[[Path], dict[str, Any]]]:
+    """Each system of the noop benchmark by its key: a call that runs it once in a work dir."""
+    n, size, deadline = cfg.noop_tasks, cfg.pipeline_size, cfg.noop_deadline_s
+    systems: dict[str, Callable[[Path], dict[str, Any]]] = {}
     for workers in cfg.fredica_workers:
-        runs.append(
-            (
-                f"fredica_w{workers}",
-                functools.partial(
-                    _run_async,
-                    fredica_runs.noop_throughput,
-                    work / f"fredica-w{workers}",
-                    cfg.noop_tasks,
-                    cfg.pipeline_size,
-                    workers,
-                    cfg.noop_deadline_s,
-                ),
-            )
+        systems[f"fredica_w{workers}"] = functools.partial(
+            _fredica_noop, n=n, size=size, workers=workers, deadline=deadline
         )
-    if pgserver.bindir() is not None:
+    if pg is not None:
         for nodes in cfg.pg_nodes:
-            args = (work / f"pg-n{nodes}", nodes, cfg.noop_tasks, cfg.pipeline_size, 2)
-            runs.append(
-                (
-                    f"pg_n{nodes}",
-                    functools.partial(pg_runs.noop_throughput, *args, cfg.noop_deadline_s),
-                )
+            systems[f"pg_n{nodes}"] = functools.partial(
+                _pg_noop, pg, nodes=nodes, n=n, size=size, deadline=deadline
             )
-    else:
-        log(f"noop: PostgreSQL store skipped: {pgserver.SETUP}")
     if cfg.peers:
-        w = cfg.peer_workers
-        for name, runner in (("huey", peers.run_huey), ("celery", peers.run_celery)):
-            args = (work / name, cfg.noop_tasks, w, cfg.noop_deadline_s)
-            runs.append((f"{name}_w{w}", functools.partial(runner, *args)))
-    out: dict[str, Any] = {}
-    for key, call in runs:
-        log(f"noop: {key}, {cfg.noop_tasks} tasks")
-        try:
-            out[key] = call()
-            note = " (deadline reached)" if out[key].get("timed_out") else ""
-            log(f"  -> {out[key]['tasks_per_s']} tasks/s{note}")
-        except Exception as exc:
-            # One system failing (e.g. a missing peer) must not hide the others: record it.
-            log(f"  {key} failed: {exc}")
-            out[key] = {"error": f"{type(exc).__name__}: {exc}", "tasks_per_s": None}
-    return out
+        for name, runner, counts in (
+            ("huey", peers.run_huey, cfg.peer_workers),
+            ("celery", peers.run_celery, cfg.celery_workers),
+        ):
+            for w in counts:
+                systems[f"{name}_w{w}"] = functools.partial(
+                    _peer_noop, runner, n=n, workers=w, deadline=deadline
+                )
+    return systems
+
+
+def _fredica_noop(work: Path, n: int, size: int, workers: int, deadline: float) -> dict[str, Any]:
+    result: dict[str, Any] = _run_async(
+        fredica_runs.noop_throughput, work, n, size, workers, deadline
+    )
+    return result
+
+
+def _pg_noop(
+    pg: pgserver.PgServer, work: Path, nodes: int, n: int, size: int, deadline: float
+) -> dict[str, Any]:
+    return pg_runs.noop_on(pg, work, nodes, n, size, 2, deadline)
+
+
+def _peer_noop(
+    runner: Callable[[Path, int, int, float], dict[str, Any]],
+    work: Path,
+    n: int,
+    workers: int,
+    deadline: float,
+) -> dict[str, Any]:
+    return runner(work, n, workers, deadline)
 
 
 def _run_async(fn: Callable[..., Any], *args: Any) -> Any:
@@ -199,7 +225,9 @@ def run(
     errors: dict[str, str] = {}
     machine = report.machine_info()
     started = time.monotonic()
+    took: dict[str, float] = {}
     for name in names:
+        began = time.monotonic()
         try:
             raw[name] = RUNNERS[name](cfg, work_dir / name)
         except Exception as exc:
@@ -211,11 +239,13 @@ def run(
             if isinstance(v, dict) and v.get("error")
         }
         errors.update(peer_errors)
+        took[name] = round(time.monotonic() - began, 1)
     meta = {
         "command": command,
         "mode": mode,
         "benchmarks_run": names,
         "elapsed_s": round(time.monotonic() - started, 1),
+        "benchmark_elapsed_s": took,
         "machine": machine,
         "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
         "config": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(cfg).items()},
@@ -235,6 +265,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}",
     )
     parser.add_argument("--no-peers", action="store_true", help="skip Huey and Celery in noop")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        metavar="N",
+        help="noop: run every system N times in alternating order, report medians (default 3)",
+    )
     parser.add_argument(
         "--pipeline-size",
         type=int,
@@ -257,6 +294,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = replace(cfg, peers=False)
     if args.pipeline_size:
         cfg = replace(cfg, pipeline_size=args.pipeline_size)
+    if args.rounds is not None:
+        if args.rounds < 1:
+            parser.error("--rounds must be at least 1")
+        cfg = replace(cfg, rounds=args.rounds)
     names = [n for n in BENCHMARKS if n in (args.only or BENCHMARKS)]
     # A partial run must not overwrite the full table the README points at.
     out = args.out or RESULTS_DIR / ("latest" if not args.only else "only-" + "-".join(names))

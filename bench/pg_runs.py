@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 
 from bench import noop_plugin
+from bench.backlog import PostgresCloner
 from bench.pgserver import PgServer
 from bench.util import log, throughput_result
 from fredica.domain.models import NewPipeline, NewTask
@@ -117,23 +118,29 @@ async def _noop(url: str, n_tasks: int, pipeline_size: int, deadline_s: float) -
     return throughput_result(n_tasks, completed, finished, t0, t_created, last)
 
 
-def noop_throughput(
-    work: Path, nodes: int, n_tasks: int, pipeline_size: int, max_workers: int, deadline_s: float
+def noop_on(
+    server: PgServer,
+    work: Path,
+    nodes: int,
+    n_tasks: int,
+    pipeline_size: int,
+    max_workers: int,
+    deadline_s: float,
 ) -> dict[str, Any]:
-    """`nodes` node processes on a fresh database of a durable local PostgreSQL server."""
+    """`nodes` node processes on a fresh database of a running durable PostgreSQL server (the
+    rounds of the harness share one server); the database is dropped after the run."""
     work.mkdir(parents=True, exist_ok=True)
-    server = PgServer(durable=True)
-    server.start()
+    url = server.create_database()
     try:
-        url = server.create_database()
-        PostgresTaskStore(url, "bench-migrate")  # migrate before the nodes race to it
+        # migrate before the nodes race to it
+        asyncio.run(PostgresTaskStore(url, "bench-migrate").close())
         procs = _start_nodes(url, work, nodes, max_workers)
         try:
             result = asyncio.run(_noop(url, n_tasks, pipeline_size, deadline_s))
         finally:
             _stop_nodes(procs)
     finally:
-        server.stop()
+        server.drop_database(url)
     result["config"] = (
         f"{nodes} node process(es), max_workers {max_workers} each, PostgreSQL store "
         "(Debian's server on loopback, fsync on, synchronous_commit on), custom pipelines of "
@@ -149,9 +156,12 @@ def claim_cost(work: Path, sizes: list[int], claims: int) -> dict[str, Any]:
     server = PgServer(durable=True)
     server.start()
     try:
-        return cc.run_on(
-            lambda size: PostgresTaskStore(server.create_database(), cc.NODE_ID), sizes, claims
-        )
+
+        def open_store(size: int) -> tuple[PostgresTaskStore, PostgresCloner]:
+            url = server.create_database()
+            return PostgresTaskStore(url, cc.NODE_ID), PostgresCloner(url)
+
+        return cc.run_on(open_store, sizes, claims)
     finally:
         server.stop()
 

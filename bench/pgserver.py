@@ -74,6 +74,12 @@ class PgServer:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def drop_database(self, url: str) -> None:
+        """Drop a database `create_database` made (closing any connection still open to it)."""
+        name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
     def stop(self) -> None:
         try:
             self._run("pg_ctl", "-D", str(self.datadir), "-m", "immediate", "-w", "stop")

@@ -11,15 +11,45 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import rounds
+
 MEDIA_NOTE = "measured by bench/media_overhead.py (media issue)"
-# The targets of issue 5; each is None when one side of it was not measured in this run.
+# The targets of issues 5 and 10 (no-op ratios: of the medians over rounds); each is None when
+# one side of it was not measured in this run.
 TARGET_TEXT = {
     "noop_w2_ge_2x_huey": "no-op throughput, 2 workers: >= 2x Huey (2 workers)",
     "noop_w2_ge_celery": "no-op throughput, 2 workers: >= Celery (2 workers)",
+    "noop_w8_ge_3x_huey_w8": "no-op throughput, 8 workers: >= 3x Huey (8 workers)",
+    "noop_w2_ge_5x_celery": "no-op throughput, 2 workers: >= 5x Celery (2 workers)",
     "claim_100k_within_1_5x_of_1k": "claim cost with 100k pending within 1.5x of 1k",
+    "claim_1m_within_1_5x_of_1k": "claim cost with 1M pending within 1.5x of 1k",
     "idle_p50_push_lt_50ms": "idle latency p50 < 50 ms with push wake-up",
     "pipeline_overhead_lt_5pct": "orchestration overhead on the media pipeline < 5%",
 }
+#: the no-op systems that always appear in the results (null when not run), in table order
+NOOP_KEYS = (
+    "fredica_w2",
+    "fredica_w8",
+    "huey_w2",
+    "huey_w8",
+    "celery_w2",
+    "pg_n1",
+    "pg_n2",
+    "pg_n3",
+)
+#: no-op ratios (numerator, denominator): of the medians, and round by round
+NOOP_RATIOS = {
+    "fredica_w2_vs_huey_w2": ("fredica_w2", "huey_w2"),
+    "fredica_w2_vs_celery_w2": ("fredica_w2", "celery_w2"),
+    "fredica_w8_vs_huey_w2": ("fredica_w8", "huey_w2"),
+    "fredica_w8_vs_huey_w8": ("fredica_w8", "huey_w8"),
+    "fredica_w8_vs_celery_w2": ("fredica_w8", "celery_w2"),
+    "pg_n3_vs_pg_n1": ("pg_n3", "pg_n1"),
+    "pg_n1_vs_celery_w2": ("pg_n1", "celery_w2"),
+    "pg_n1_vs_huey_w2": ("pg_n1", "huey_w2"),
+}
+#: the claim sizes of the issues: always keys (null when not run)
+CLAIM_LABELS = ("1k", "10k", "100k", "1M")
 
 
 def machine_info() -> dict[str, Any]:
@@ -50,9 +80,7 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    # three significant digits: a ratio of 0.004 must not print as 0.00
-    return float(f"{a / b:.3g}") if a is not None and b else None
+_ratio = rounds.ratio
 
 
 def _get(d: dict[str, Any] | None, *keys: str) -> Any:
@@ -66,14 +94,14 @@ def _get(d: dict[str, Any] | None, *keys: str) -> Any:
 def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) -> dict[str, Any]:
     """The results document: headline keys first, raw per-benchmark details after."""
     noop = raw.get("noop") or {}
-    tput = {
-        k: _get(noop, k, "tasks_per_s")
-        for k in ("fredica_w2", "fredica_w8", "huey_w2", "celery_w2", "pg_n1", "pg_n2", "pg_n3")
-    }
-    create = {k: _get(noop, k, "create_tasks_per_s") for k in tput}
+    keys = list(dict.fromkeys([*NOOP_KEYS, *noop]))
+    # medians over rounds (each system's summary keeps a single run's keys)
+    tput = {k: _get(noop, k, "tasks_per_s") for k in keys}
+    create = {k: _get(noop, k, "create_tasks_per_s") for k in keys}
+    per_round = {k: rounds.values(noop.get(k)) for k in keys}
     sizes = _get(raw.get("claim"), "sizes") or {}
-    # the three sizes of the issue always appear (null when not run), plus any other size run
-    labels = list(dict.fromkeys(["1k", "10k", "100k", *sizes]))
+    # the sizes of the issues always appear (null when not run), plus any other size run
+    labels = list(dict.fromkeys([*CLAIM_LABELS, *sizes]))
     claim_ms = {k: _get(sizes, k, "claim_complete_ms") for k in labels}
     claim_only = {k: _get(sizes, k, "claim_only_ms") for k in labels}
     pg_sizes = _get(raw.get("claim_pg"), "sizes") or {}
@@ -84,45 +112,48 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
     media = raw.get("media")
     overhead = media.get("pipeline_overhead_pct") if isinstance(media, dict) else None
 
+    ratio_rounds = {
+        name: rounds.ratio_rounds(per_round[a], per_round[b])
+        for name, (a, b) in NOOP_RATIOS.items()
+    }
     ratios = {
-        "fredica_w2_vs_huey_w2": _ratio(tput["fredica_w2"], tput["huey_w2"]),
-        "fredica_w2_vs_celery_w2": _ratio(tput["fredica_w2"], tput["celery_w2"]),
-        "fredica_w8_vs_huey_w2": _ratio(tput["fredica_w8"], tput["huey_w2"]),
-        "fredica_w8_vs_celery_w2": _ratio(tput["fredica_w8"], tput["celery_w2"]),
+        **{name: _ratio(tput[a], tput[b]) for name, (a, b) in NOOP_RATIOS.items()},
         "create_fredica_w2_vs_huey": _ratio(create["fredica_w2"], create["huey_w2"]),
         "create_fredica_w2_vs_celery": _ratio(create["fredica_w2"], create["celery_w2"]),
         "claim_100k_vs_1k": _ratio(claim_ms["100k"], claim_ms["1k"]),
         "claim_only_100k_vs_1k": _ratio(claim_only["100k"], claim_only["1k"]),
-        "pg_n3_vs_pg_n1": _ratio(tput["pg_n3"], tput["pg_n1"]),
-        "pg_n1_vs_celery_w2": _ratio(tput["pg_n1"], tput["celery_w2"]),
-        "pg_n1_vs_huey_w2": _ratio(tput["pg_n1"], tput["huey_w2"]),
+        "claim_1m_vs_1k": _ratio(claim_ms["1M"], claim_ms["1k"]),
+        "claim_only_1m_vs_1k": _ratio(claim_only["1M"], claim_only["1k"]),
         "claim_pg_100k_vs_1k": _ratio(claim_pg["100k"], claim_pg["1k"]),
+        "claim_pg_1m_vs_1k": _ratio(claim_pg["1M"], claim_pg["1k"]),
     }
-    # A run that hit its deadline still gives a rate, but it is not a pass.
-    w2_complete = noop.get("fredica_w2", {}).get("timed_out") is False
-    claim_flat = None
-    if ratios["claim_100k_vs_1k"] is not None and ratios["claim_only_100k_vs_1k"] is not None:
-        claim_flat = ratios["claim_100k_vs_1k"] <= 1.5 and ratios["claim_only_100k_vs_1k"] <= 1.5
     targets = {
-        "noop_w2_ge_2x_huey": (
-            None
-            if ratios["fredica_w2_vs_huey_w2"] is None
-            else w2_complete and ratios["fredica_w2_vs_huey_w2"] >= 2.0
-        ),
-        "noop_w2_ge_celery": (
-            None
-            if ratios["fredica_w2_vs_celery_w2"] is None
-            else w2_complete and ratios["fredica_w2_vs_celery_w2"] >= 1.0
-        ),
-        "claim_100k_within_1_5x_of_1k": claim_flat,
+        "noop_w2_ge_2x_huey": _noop_target(noop, ratios, "fredica_w2_vs_huey_w2", 2.0),
+        "noop_w2_ge_celery": _noop_target(noop, ratios, "fredica_w2_vs_celery_w2", 1.0),
+        "noop_w8_ge_3x_huey_w8": _noop_target(noop, ratios, "fredica_w8_vs_huey_w8", 3.0),
+        "noop_w2_ge_5x_celery": _noop_target(noop, ratios, "fredica_w2_vs_celery_w2", 5.0),
+        "claim_100k_within_1_5x_of_1k": _flat(ratios, "claim_100k_vs_1k", "claim_only_100k_vs_1k"),
+        "claim_1m_within_1_5x_of_1k": _flat(ratios, "claim_1m_vs_1k", "claim_only_1m_vs_1k"),
         "idle_p50_push_lt_50ms": None if latency["p50"] is None else latency["p50"] < 50.0,
         "pipeline_overhead_lt_5pct": None if overhead is None else overhead < 5.0,
     }
     return {
         "meta": meta,
         "noop_tasks_per_s": tput,
+        "noop_rounds": per_round,
+        "noop_spread": {
+            k: (
+                {"min": rounds.min_measured(v), "max": rounds.max_measured(v)}
+                if rounds.min_measured(v) is not None
+                else None
+            )
+            for k, v in per_round.items()
+        },
+        "noop_round_order": rounds.orders(noop),
         "create_tasks_per_s": create,
         "ratios": ratios,
+        "noop_ratio_rounds": ratio_rounds,
+        "noop_ratio_min": {name: rounds.min_measured(v) for name, v in ratio_rounds.items()},
         "claim_ms": claim_ms,
         "claim_only_ms": claim_only,
         "claim_pg_ms": claim_pg,
@@ -137,6 +168,27 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
         "details": raw,
         "errors": errors,
     }
+
+
+def _noop_target(
+    noop: dict[str, Any], ratios: dict[str, float | None], name: str, at_least: float
+) -> bool | None:
+    """Did the ratio of the medians reach `at_least`? A run that hit its deadline in some round
+    still gives a rate, but it is not a pass; nor is a system that failed a round."""
+    value = ratios[name]
+    if value is None:
+        return None
+    a, b = NOOP_RATIOS[name]
+    clean = all(_get(noop, k, "timed_out") is False and not _get(noop, k, "error") for k in (a, b))
+    return clean and value >= at_least
+
+
+def _flat(ratios: dict[str, float | None], total: str, claim_only: str) -> bool | None:
+    """Claim cost flat: claim + complete and the claim alone both within 1.5x of 1k."""
+    both, alone = ratios[total], ratios[claim_only]
+    if both is None or alone is None:
+        return None
+    return both <= 1.5 and alone <= 1.5
 
 
 # --- markdown --------------------------------------------------------------------------------
@@ -160,6 +212,115 @@ def _met(value: bool | None) -> str:
     return {True: "yes", False: "**no**", None: "not measured"}[value]
 
 
+SYSTEM_NAMES = {
+    "fredica_w2": "fredica, 2 workers",
+    "fredica_w8": "fredica, 8 workers",
+    "huey_w2": "Huey, 2 workers",
+    "huey_w8": "Huey, 8 workers",
+    "celery_w2": "Celery, 2 workers",
+    "celery_w8": "Celery, 8 workers",
+    "pg_n1": "fredica, PostgreSQL store, 1 node",
+    "pg_n2": "fredica, PostgreSQL store, 2 nodes",
+    "pg_n3": "fredica, PostgreSQL store, 3 nodes",
+}
+#: the ratios of the rounds table, as it names them
+RATIO_NAMES = {
+    "fredica_w2_vs_huey_w2": "fredica w2 / Huey w2",
+    "fredica_w8_vs_huey_w8": "fredica w8 / Huey w8",
+    "fredica_w2_vs_celery_w2": "fredica w2 / Celery w2",
+    "fredica_w8_vs_huey_w2": "fredica w8 / Huey w2",
+    "fredica_w8_vs_celery_w2": "fredica w8 / Celery w2",
+    "pg_n1_vs_huey_w2": "PostgreSQL 1 node / Huey w2",
+    "pg_n1_vs_celery_w2": "PostgreSQL 1 node / Celery w2",
+    "pg_n3_vs_pg_n1": "PostgreSQL 3 nodes / 1 node",
+}
+
+
+def _met_sizes(at_1m: bool | None, at_100k: bool | None) -> str:
+    if at_1m is None and at_100k is None:
+        return _met(None)
+    return f"1M: {_met(at_1m)}; 100k: {_met(at_100k)}"
+
+
+def _took(meta: dict[str, Any]) -> str:
+    took = meta.get("benchmark_elapsed_s") or {}
+    return ", ".join(
+        f"{name} ({took[name]:.0f} s)" if name in took else name for name in meta["benchmarks_run"]
+    )
+
+
+def _rounds_count(doc: dict[str, Any]) -> int:
+    return len(doc.get("noop_round_order") or [])
+
+
+def _median_of(doc: dict[str, Any]) -> str:
+    n = _rounds_count(doc)
+    return {0: "not run", 1: "one round"}.get(n, f"median of {n} rounds")
+
+
+def _xr(doc: dict[str, Any], name: str) -> str:
+    """A ratio of the medians, with its lowest value over rounds when there were several."""
+    text = _x(doc["ratios"][name])
+    low = doc["noop_ratio_min"].get(name)
+    if _rounds_count(doc) > 1 and low is not None:
+        text += f" (min {_x(low)})"
+    return text
+
+
+def _sizes(per_size: dict[str, Any]) -> str:
+    return " / ".join(per_size)
+
+
+def _per_size(per_size: dict[str, Any]) -> str:
+    return " / ".join(_fmt(v, "", 3) for v in per_size.values())
+
+
+def _rounds_section(doc: dict[str, Any]) -> list[str]:
+    """Each no-op system round by round, and the ratios of the issues round by round."""
+    order = doc.get("noop_round_order") or []
+    if not order:
+        return []
+    n = len(order)
+    heads = " | ".join(f"round {i + 1}" for i in range(n))
+    lines = [
+        "## No-op throughput by round",
+        "",
+        f"Every system ran once per round, {n} round(s); the order alternates between rounds "
+        "(round 1 in the order below, round 2 reversed, round 3 as round 1, ...) so slow drift "
+        "of the machine favours no system. The results table shows each system's median; a "
+        "ratio's min is its lowest value over rounds, each round's ratio taken between the "
+        "two systems of that round.",
+        "",
+        f"Round 1 order: {', '.join(order[0])}.",
+        "",
+        f"| system | median tasks/s | min – max | {heads} |",
+        "|---|---|---|" + "---|" * n,
+    ]
+    for key, values in doc["noop_rounds"].items():
+        if not values:
+            continue
+        spread = doc["noop_spread"].get(key) or {}
+        cells = " | ".join(_fmt(v) for v in values)
+        lines.append(
+            f"| {SYSTEM_NAMES.get(key, key)} | {_fmt(doc['noop_tasks_per_s'][key])} "
+            f"| {_fmt(spread.get('min'))} – {_fmt(spread.get('max'))} | {cells} |"
+        )
+    lines += [
+        "",
+        f"| ratio | of the medians | min over rounds | {heads} |",
+        "|---|---|---|" + "---|" * n,
+    ]
+    for name, label in RATIO_NAMES.items():
+        per_round = doc["noop_ratio_rounds"].get(name) or []
+        if not any(v is not None for v in per_round):
+            continue
+        cells = " | ".join(_x(v) for v in per_round)
+        lines.append(
+            f"| {label} | {_x(doc['ratios'][name])} | {_x(doc['noop_ratio_min'][name])} | {cells} |"
+        )
+    return [*lines, ""]
+
+
 def markdown(doc: dict[str, Any]) -> str:
     m = doc["meta"]
     mach = m["machine"]
@@ -171,7 +332,7 @@ def markdown(doc: dict[str, Any]) -> str:
         "# fredica benchmarks",
         "",
         f"`{m['command']}` ({m['mode']}) — {mach['date']}, {m['elapsed_s']:.0f} s, "
-        f"benchmarks: {', '.join(m['benchmarks_run'])}.",
+        f"benchmarks: {_took(m)}.",
         "Every ratio compares systems measured on the same machine in the same run.",
         "",
         "| machine | |",
@@ -189,30 +350,30 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
         "| benchmark | fredica | peer | ratio | target | met |",
         "|---|---|---|---|---|---|",
-        f"| no-op tasks/s, 2 workers (first create → last completion) | {_fmt(t['fredica_w2'])} "
-        f"| Huey {_fmt(t['huey_w2'])} | {_x(r['fredica_w2_vs_huey_w2'])} | ≥ 2× Huey "
-        f"| {_met(tg['noop_w2_ge_2x_huey'])} |",
-        f"| | | Celery {_fmt(t['celery_w2'])} | {_x(r['fredica_w2_vs_celery_w2'])} | ≥ Celery "
-        f"| {_met(tg['noop_w2_ge_celery'])} |",
-        f"| no-op tasks/s, fredica 8 workers | {_fmt(t['fredica_w8'])} | Huey (2) "
-        f"{_fmt(t['huey_w2'])} | {_x(r['fredica_w8_vs_huey_w2'])} | | |",
+        f"| no-op tasks/s, 2 workers ({_median_of(doc)}; first create → last completion) "
+        f"| {_fmt(t['fredica_w2'])} | Huey (2) {_fmt(t['huey_w2'])} "
+        f"| {_xr(doc, 'fredica_w2_vs_huey_w2')} | ≥ 2× Huey | {_met(tg['noop_w2_ge_2x_huey'])} |",
+        f"| | | Celery (2) {_fmt(t['celery_w2'])} | {_xr(doc, 'fredica_w2_vs_celery_w2')} "
+        f"| ≥ 5× Celery | {_met(tg['noop_w2_ge_5x_celery'])} |",
+        f"| no-op tasks/s, 8 workers | {_fmt(t['fredica_w8'])} | Huey (8) {_fmt(t['huey_w8'])} "
+        f"| {_xr(doc, 'fredica_w8_vs_huey_w8')} | ≥ 3× Huey (8) "
+        f"| {_met(tg['noop_w8_ge_3x_huey_w8'])} |",
+        f"| | | Huey (2) {_fmt(t['huey_w2'])} | {_xr(doc, 'fredica_w8_vs_huey_w2')} | | |",
         f"| create tasks/s (fredica: 2-worker run) | {_fmt(c['fredica_w2'])} | Huey "
         f"{_fmt(c['huey_w2'])} / Celery {_fmt(c['celery_w2'])} | "
         f"{_x(r['create_fredica_w2_vs_huey'])} / {_x(r['create_fredica_w2_vs_celery'])} | | |",
-        f"| claim + complete, ms (1k / 10k / 100k pending, half blocked) | {_fmt(cm['1k'], '', 3)}"
-        f" / {_fmt(cm['10k'], '', 3)} / {_fmt(cm['100k'], '', 3)} | | 100k/1k "
-        f"{_x(r['claim_100k_vs_1k'])} | ≤ 1.5× | {_met(tg['claim_100k_within_1_5x_of_1k'])} |",
-        f"| claim alone, ms (1k / 10k / 100k) | {_fmt(co['1k'], '', 3)} / "
-        f"{_fmt(co['10k'], '', 3)} / {_fmt(co['100k'], '', 3)} | | 100k/1k "
-        f"{_x(r['claim_only_100k_vs_1k'])} | ≤ 1.5× | |",
+        f"| claim + complete, ms ({_sizes(cm)} pending, half blocked) | {_per_size(cm)} | "
+        f"| 1M/1k {_x(r['claim_1m_vs_1k'])}; 100k/1k {_x(r['claim_100k_vs_1k'])} | ≤ 1.5× "
+        f"| {_met_sizes(tg['claim_1m_within_1_5x_of_1k'], tg['claim_100k_within_1_5x_of_1k'])} |",
+        f"| claim alone, ms ({_sizes(co)}) | {_per_size(co)} | | 1M/1k "
+        f"{_x(r['claim_only_1m_vs_1k'])}; 100k/1k {_x(r['claim_only_100k_vs_1k'])} | ≤ 1.5× | |",
         f"| no-op tasks/s, PostgreSQL store, 1 / 2 / 3 node processes (2 workers each) | "
-        f"{_fmt(t['pg_n1'])} / {_fmt(t['pg_n2'])} / {_fmt(t['pg_n3'])} | Huey "
-        f"{_fmt(t['huey_w2'])} / Celery {_fmt(t['celery_w2'])} | 1 node: "
+        f"{_fmt(t['pg_n1'])} / {_fmt(t['pg_n2'])} / {_fmt(t['pg_n3'])} | Huey (2) "
+        f"{_fmt(t['huey_w2'])} / Celery (2) {_fmt(t['celery_w2'])} | 1 node: "
         f"{_x(r['pg_n1_vs_huey_w2'])} / {_x(r['pg_n1_vs_celery_w2'])}; 3 nodes vs 1: "
         f"{_x(r['pg_n3_vs_pg_n1'])} | | |",
-        f"| claim + complete, PostgreSQL store, ms (1k / 10k / 100k) | "
-        f"{_fmt(doc['claim_pg_ms']['1k'], '', 3)} / {_fmt(doc['claim_pg_ms']['10k'], '', 3)} / "
-        f"{_fmt(doc['claim_pg_ms']['100k'], '', 3)} | | 100k/1k "
+        f"| claim + complete, PostgreSQL store, ms ({_sizes(doc['claim_pg_ms'])}) | "
+        f"{_per_size(doc['claim_pg_ms'])} | | 1M/1k {_x(r['claim_pg_1m_vs_1k'])}; 100k/1k "
         f"{_x(r['claim_pg_100k_vs_1k'])} | | |",
         f"| idle latency create → start, push wake-up, ms (p50 / p99) | {_fmt(lat['p50'])} / "
         f"{_fmt(lat['p99'])} | | | p50 < 50 ms | {_met(tg['idle_p50_push_lt_50ms'])} |",
@@ -229,20 +390,17 @@ def markdown(doc: dict[str, Any]) -> str:
         lines += [f"Orchestration overhead: {doc['pipeline_overhead_note']}.", ""]
     if timed_out:
         lines += [
-            f"**Deadline reached** by {', '.join(timed_out)}: the rate shown is what completed "
-            "before the deadline (see `details.noop` in latest.json).",
+            f"**Deadline reached** by {', '.join(timed_out)} (in at least one round): the rate "
+            "of such a round is what completed before the deadline (see `details.noop` in "
+            "latest.json), and its ratios meet no target.",
             "",
         ]
+    lines += _rounds_section(doc)
     lines += ["## Configuration", ""]
-    for name, key in (
-        ("fredica, 2 workers", "fredica_w2"),
-        ("fredica, 8 workers", "fredica_w8"),
-        ("Huey", "huey_w2"),
-        ("Celery", "celery_w2"),
-    ):
-        cfg = _get(noop, key, "config")
+    for key, summary in noop.items():
+        cfg = _get(summary, "config")
         if cfg:
-            lines.append(f"- **{name}**: {cfg}.")
+            lines.append(f"- **{SYSTEM_NAMES.get(key, key)}**: {cfg}.")
     for name, key in (("claim cost", "claim"), ("idle latency", "latency"), ("fan-out", "fanout")):
         cfg = _get(doc["details"].get(key), "config")
         if cfg:

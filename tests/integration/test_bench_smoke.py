@@ -1,10 +1,13 @@
 """The benchmark harness (`python -m bench`) at tiny sizes: the fredica benchmarks run for real
-and write results of the documented shape. No timing thresholds (speed is judged by the full
-run on a quiet machine) and no peers (Huey, Celery and Redis are not needed here)."""
+and write results of the documented shape; the no-op benchmark runs two rounds in alternating
+order and reports medians and per-round ratios. No timing thresholds (speed is judged by the
+full run on a quiet machine) and no peers (Huey, Celery and Redis are not in the test extra;
+the rounds' arithmetic with peers is tests/unit/test_bench_rounds.py)."""
 
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -15,10 +18,11 @@ from bench import harness, report
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 TINY = harness.Config(
-    noop_tasks=200,
+    noop_tasks=100,
     pipeline_size=50,
     fredica_workers=(2, 8),
     peers=False,
+    rounds=2,
     noop_deadline_s=60.0,
     claim_sizes=(500, 1_000),
     claims_per_size=100,
@@ -28,9 +32,19 @@ TINY = harness.Config(
     idle_poll_interval=0.2,
     fanout_chunks=50,
     fanout_deadline_s=60.0,
-    pg_nodes=(1, 2),
+    pg_nodes=(1, 3),
 )
-PEER_KEYS = {"fredica_w2", "fredica_w8", "huey_w2", "celery_w2", "pg_n1", "pg_n2", "pg_n3"}
+PEER_KEYS = {
+    "fredica_w2",
+    "fredica_w8",
+    "huey_w2",
+    "huey_w8",
+    "celery_w2",
+    "pg_n1",
+    "pg_n2",
+    "pg_n3",
+}
+RUN_KEYS = ["fredica_w2", "fredica_w8", "pg_n1", "pg_n3"]
 
 
 def positive(value: Any) -> bool:
@@ -51,23 +65,43 @@ def test_fredica_benchmarks_write_results_of_the_documented_shape(tmp_path: Path
     machine = doc["meta"]["machine"]
     assert {"cpu", "cores", "ram_gib", "python", "sqlite", "date"} <= machine.keys()
 
-    # no-op throughput: fredica measured, every task completed, peers absent (null)
+    # no-op throughput: fredica measured in both rounds, every task completed, peers absent
     assert set(doc["noop_tasks_per_s"]) == PEER_KEYS
     assert set(doc["create_tasks_per_s"]) == PEER_KEYS
-    for key in ("fredica_w2", "fredica_w8", "pg_n1", "pg_n2"):
-        assert positive(doc["noop_tasks_per_s"][key])
-        assert positive(doc["create_tasks_per_s"][key])
+    for key in RUN_KEYS:
         detail = doc["details"]["noop"][key]
-        assert (detail["completed"], detail["timed_out"]) == (200, False)
-    assert doc["noop_tasks_per_s"]["pg_n3"] is None
-    assert doc["noop_tasks_per_s"]["huey_w2"] is None
-    assert doc["noop_tasks_per_s"]["celery_w2"] is None
+        assert (detail["completed"], detail["timed_out"], detail["rounds_measured"]) == (
+            100,
+            False,
+            2,
+        )
+        per_round = doc["noop_rounds"][key]
+        assert len(per_round) == 2 and all(positive(v) for v in per_round)
+        assert [r["completed"] for r in detail["rounds"]] == [100, 100]
+        # the reported value is the median over rounds, with its spread
+        assert doc["noop_tasks_per_s"][key] == round(statistics.median(per_round), 1)
+        assert doc["noop_spread"][key] == {"min": min(per_round), "max": max(per_round)}
+        creates = [r["create_tasks_per_s"] for r in detail["rounds"]]
+        assert doc["create_tasks_per_s"][key] == round(statistics.median(creates), 1)
+    for key in ("pg_n2", "huey_w2", "huey_w8", "celery_w2"):
+        assert doc["noop_tasks_per_s"][key] is None and doc["noop_rounds"][key] == []
+    # the second round ran the systems in the reverse order of the first
+    assert doc["noop_round_order"] == [RUN_KEYS, RUN_KEYS[::-1]]
+    # a ratio of two systems measured in this run: of the medians, and round by round
+    n1, n3 = doc["noop_rounds"]["pg_n1"], doc["noop_rounds"]["pg_n3"]
+    ratio_rounds = doc["noop_ratio_rounds"]["pg_n3_vs_pg_n1"]
+    assert ratio_rounds == [float(f"{b / a:.3g}") for a, b in zip(n1, n3, strict=True)]
+    assert doc["noop_ratio_min"]["pg_n3_vs_pg_n1"] == min(ratio_rounds)
+    medians = doc["noop_tasks_per_s"]
+    assert doc["ratios"]["pg_n3_vs_pg_n1"] == float(f"{medians['pg_n3'] / medians['pg_n1']:.3g}")
+    assert doc["noop_ratio_min"]["fredica_w2_vs_huey_w2"] is None
 
-    # claim cost: the issue's three sizes are always keys; the sizes run here have values,
+    # claim cost: the issues' sizes are always keys; the sizes run here have values,
     # and the claim query walks the ready index
-    assert {"1k", "10k", "100k", "500"} <= doc["claim_ms"].keys()
+    assert {"1k", "10k", "100k", "1M", "500"} <= doc["claim_ms"].keys()
     assert positive(doc["claim_ms"]["500"]) and positive(doc["claim_ms"]["1k"])
-    assert doc["claim_ms"]["100k"] is None
+    assert doc["claim_ms"]["100k"] is None and doc["claim_ms"]["1M"] is None
+    assert doc["ratios"]["claim_1m_vs_1k"] is None
     assert doc["claim_uses_task_ready_index"] is True
     assert doc["details"]["claim"]["sizes"]["1k"]["pending"] == 1_000
     assert positive(doc["claim_pg_ms"]["500"]) and positive(doc["claim_pg_ms"]["1k"])
@@ -93,12 +127,24 @@ def test_fredica_benchmarks_write_results_of_the_documented_shape(tmp_path: Path
     targets = doc["targets"]
     assert set(targets) == set(report.TARGET_TEXT)
     assert targets["noop_w2_ge_2x_huey"] is None and targets["noop_w2_ge_celery"] is None
+    assert targets["noop_w8_ge_3x_huey_w8"] is None and targets["noop_w2_ge_5x_celery"] is None
     assert targets["claim_100k_within_1_5x_of_1k"] is None
+    assert targets["claim_1m_within_1_5x_of_1k"] is None
     assert isinstance(targets["idle_p50_push_lt_50ms"], bool)
     assert targets["pipeline_overhead_lt_5pct"] is None
 
     markdown = md_path.read_text()
     assert "| CPU |" in markdown and "## Results" in markdown and "task_ready" in markdown
+    assert "## No-op throughput by round" in markdown
+    assert "| PostgreSQL 3 nodes / 1 node |" in markdown
+    assert f"Round 1 order: {', '.join(RUN_KEYS)}." in markdown
+    assert set(doc["meta"]["benchmark_elapsed_s"]) == {
+        "noop",
+        "claim",
+        "claim_pg",
+        "latency",
+        "fanout",
+    }
 
 
 def test_python_m_bench_is_the_entry_point() -> None:
@@ -110,4 +156,16 @@ def test_python_m_bench_is_the_entry_point() -> None:
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "--only" in proc.stdout and "--full" in proc.stdout
+    assert "--only" in proc.stdout and "--full" in proc.stdout and "--rounds" in proc.stdout
+
+
+def test_rounds_must_be_at_least_one() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--rounds", "0", "--only", "noop"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--rounds must be at least 1" in proc.stderr
