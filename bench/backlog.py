@@ -90,6 +90,15 @@ def copies_of(
     """The rows of `copies` copies of the template, CHUNK pipelines at a time, by table."""
     ids = {row[t.columns.index("id")] for t in tables if t.name == "task" for row in t.rows}
     ids.add(pipeline_id)
+    # insertion order (`task.ord`, copied where the database does not number it): each copy
+    # gets its own range, and its events point at their task's
+    ords = [
+        row[t.columns.index("ord")] or 0
+        for t in tables
+        if t.name == "task" and "ord" in t.columns
+        for row in t.rows
+    ]
+    span = max(ords, default=0) + 1
     plans = {t.name: _plan(t.columns) for t in tables}
     chunk: dict[str, list[tuple[Any, ...]]] = {t.name: [] for t in tables}
     for k in range(1, copies + 1):
@@ -99,7 +108,9 @@ def copies_of(
         for table in tables:
             out = chunk[table.name]
             for row in table.rows:
-                out.append(_copy(row, plans[table.name], mapping, shift, material, new_material))
+                out.append(
+                    _copy(row, plans[table.name], mapping, shift, material, new_material, k * span)
+                )
         if k % CHUNK == 0 or k == copies:
             yield chunk
             chunk = {t.name: [] for t in tables}
@@ -120,6 +131,8 @@ def _plan(columns: Sequence[str]) -> Plan:
             plan.append((i, "depends_on"))
         elif name.endswith("_at"):
             plan.append((i, "time"))
+        elif name in ("ord", "task_ord"):
+            plan.append((i, "ord"))
     return plan
 
 
@@ -130,6 +143,7 @@ def _copy(
     shift: float,
     material: str,
     new_material: str,
+    ord_shift: int = 0,
 ) -> tuple[Any, ...]:
     out = list(row)
     for i, kind in plan:
@@ -140,6 +154,8 @@ def _copy(
             out[i] = mapping.get(value, value)
         elif kind == "time":
             out[i] = value + shift
+        elif kind == "ord":
+            out[i] = value + ord_shift if value else value
         elif kind == "material":
             out[i] = new_material if value == material else value
         else:  # depends_on: the same JSON text with the copy's ids
@@ -271,6 +287,12 @@ class PostgresCloner:
             # the state autovacuum reaches a minute after such a load (a backlog built over
             # minutes through the API has been analysed and checkpointed as it grew): statistics
             # for the planner, and the load written back now rather than during the claims
+            # the database numbered the copies' tasks (identity `ord`): their events follow
+            conn.execute(
+                "UPDATE task_event e SET task_ord = t.ord FROM task t "
+                "WHERE t.id = e.task_id AND e.task_ord <> t.ord"
+            )
+            conn.commit()
             conn.autocommit = True
             conn.execute(f"ANALYZE {', '.join(TABLES)}")
             conn.execute("CHECKPOINT")
