@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import claim_cost, fredica_runs, peers, pg_runs, pgserver, report, rounds
+from bench import claim_cost, fredica_runs, peers, pg_runs, pgserver, query_plans, report, rounds
 from bench.util import log
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -146,7 +146,10 @@ def _run_async(fn: Callable[..., Any], *args: Any) -> Any:
 
 def bench_claim(cfg: Config, work: Path) -> dict[str, Any]:
     log(f"claim: sizes {list(cfg.claim_sizes)}")
-    return claim_cost.run(work / "claim", list(cfg.claim_sizes), cfg.claims_per_size)
+    result = claim_cost.run(work / "claim", list(cfg.claim_sizes), cfg.claims_per_size)
+    # the plan of every statement the hot path runs (claim-ahead, group commit, lists)
+    result["query_plans"] = query_plans.run(work / "plans")
+    return result
 
 
 def bench_claim_pg(cfg: Config, work: Path) -> dict[str, Any] | None:

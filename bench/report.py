@@ -158,6 +158,7 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
         "claim_only_ms": claim_only,
         "claim_pg_ms": claim_pg,
         "claim_uses_task_ready_index": _get(raw.get("claim"), "explain", "uses_task_ready_index"),
+        "hot_path_full_scans": _get(raw.get("claim"), "query_plans", "full_scans"),
         "idle_latency_ms": latency,
         "fanout_chunks": fan.get("chunks"),
         "fanout_1000_s": fan.get("wall_s"),
@@ -415,6 +416,24 @@ def markdown(doc: dict[str, Any]) -> str:
             *explain["plan"],
             "```",
         ]
+    plans = _get(doc["details"].get("claim"), "query_plans")
+    if plans:
+        scans = plans["full_scans"]
+        lines += [
+            "",
+            f"## Query plans of the hot path ({plans['statements']} statements)",
+            "",
+            "`EXPLAIN QUERY PLAN` of each statement a claim-ahead claim, a group commit and the "
+            "list pages really ran (SQLite trace); "
+            + (
+                "**whole-table scans or sorts: " + "; ".join(scans) + "**"
+                if scans
+                else "none scans a whole table or sorts in a temporary B-tree."
+            ),
+            "",
+        ]
+        for sql, plan in plans["plans"].items():
+            lines += [f"- `{sql[:160]}`", *(f"  - {line}" for line in plan)]
     if doc["errors"]:
         lines += ["", "## Errors", ""]
         lines += [f"- `{k}`: {v}" for k, v in doc["errors"].items()]
