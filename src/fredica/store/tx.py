@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 S = TaskStatus
 
+VALUES_PER_STATEMENT = 500  # rows of one multi-row statement
+PARAMS_PER_STATEMENT = 30_000  # under SQLite's 32,766 bound parameters (PostgreSQL: 65,535)
 _TASK_INSERT_COLUMNS = (
     "id, type, pipeline_id, material_id, status, priority, depends_on, "
     "payload, cache_policy, cloud_preference, publisher_id, idempotency_key, "
@@ -123,12 +125,31 @@ class Tx:
         if rows:
             self.conn.executemany(sql, rows)
 
+    def values(
+        self,
+        head: str,
+        row: str,
+        rows: Sequence[Sequence[Any]],
+        tail: str = "",
+        tail_params: Sequence[Any] = (),
+    ) -> None:
+        """`head VALUES row, row, … tail` for `rows`, a few hundred rows per statement: one
+        database step per statement instead of one per row (with SQLite, every step lets the
+        event loop's thread take the interpreter lock away from the store's)."""
+        if not rows:
+            return
+        per = max(1, min(VALUES_PER_STATEMENT, PARAMS_PER_STATEMENT // max(1, len(rows[0]))))
+        for start in range(0, len(rows), per):
+            chunk = rows[start : start + per]
+            sql = f"{head} VALUES {', '.join(row for _ in chunk)}{tail}"
+            self.q(sql, [*(v for r in chunk for v in r), *tail_params])
+
     def events_of(self, events: Sequence[tuple[str, int, str, str | None, float | None]]) -> None:
-        """Write `(task_id, task_ord, event_type, message, at)` events in one driver call (the
+        """Write `(task_id, task_ord, event_type, message, at)` events in one statement (the
         caller read each task's `ord` already)."""
-        self.qmany(
-            "INSERT INTO task_event (task_id, task_ord, node_id, event_type, message, "
-            "occurred_at) VALUES (?, ?, ?, ?, ?, ?)",
+        self.values(
+            "INSERT INTO task_event (task_id, task_ord, node_id, event_type, message, occurred_at)",
+            "(?, ?, ?, ?, ?, ?)",
             [(t, o, self.node_id, kind, msg, at or self.now) for t, o, kind, msg, at in events],
         )
         self.events_written += len(events)
@@ -376,14 +397,29 @@ class Tx:
         if not specs:
             return []
         ids = [spec.id or str(uuid.uuid4()) for spec in specs]
-        self.qmany(
-            insert_task_sql(self.dialect),
-            [
-                self._task_values(i, s, pipeline_id, material_id, owner, [], 0)
-                for i, s in zip(ids, specs, strict=True)
-            ],
-        )
-        self.events([(task_id, "created", None, None) for task_id in ids])
+        rows = [
+            self._task_values(i, s, pipeline_id, material_id, owner, [], 0)
+            for i, s in zip(ids, specs, strict=True)
+        ]
+        if self.dialect.new_task_ord is None:  # the database numbers them
+            self.values(
+                f"INSERT INTO task ({_TASK_INSERT_COLUMNS})", f"({_TASK_INSERT_VALUES})", rows
+            )
+            ords = {
+                r[0]: r[1]
+                for r in self.tuples(
+                    f"SELECT id, ord FROM task WHERE id IN ({','.join('?' for _ in ids)})", ids
+                )
+            }
+        else:
+            base = self.tuples("SELECT COALESCE(MAX(ord), 0) FROM task")[0][0]
+            ords = {task_id: base + 1 + n for n, task_id in enumerate(ids)}
+            self.values(
+                f"INSERT INTO task ({_TASK_INSERT_COLUMNS}, ord)",
+                f"({_TASK_INSERT_VALUES}, ?)",
+                [(*r, ords[r[0]]) for r in rows],
+            )
+        self.events_of([(task_id, ords[task_id], "created", None, None) for task_id in ids])
         self.bump(pipeline_id, None, S.PENDING, len(ids))
         self.ready = True
         return [(task_id, True) for task_id in ids]

@@ -371,26 +371,28 @@ def _complete_plain(tx: Tx, plain: Sequence[tuple[CompletionItem, _Fence]]) -> N
     if not plain:
         return
     now, seq = tx.now, tx.seq
-    tx.qmany(
-        "UPDATE task SET status = 'completed', result = ?, progress = 100, "
-        "progress_note = NULL, completed_at = ?, error = NULL, error_type = NULL, "
-        "is_paused = 0, retry_after = NULL, updated_at = ?, change_seq = ?, "
-        "backend = COALESCE(?, backend), started_at = COALESCE(?, started_at) "
-        "WHERE id = ? AND attempt = ? AND claimed_by = ?",
+    # one statement for the batch: the reports as a VALUES list joined to their rows
+    tx.values(
+        "WITH v (id, attempt, result, backend, started_at) AS (",
+        "(CAST(? AS TEXT), CAST(? AS INTEGER), CAST(? AS TEXT), CAST(? AS TEXT), "
+        "CAST(? AS DOUBLE PRECISION))",
         [
             (
-                dumps(item.result),
-                now,
-                now,
-                seq,
-                item.backend.backend if item.backend else None,
-                item.started_at,
                 item.task_id,
                 item.attempt,
-                tx.node_id,
+                dumps(item.result),
+                item.backend.backend if item.backend else None,
+                item.started_at,
             )
             for item, _ in plain
         ],
+        ") UPDATE task SET status = 'completed', result = v.result, progress = 100, "
+        "progress_note = NULL, completed_at = ?, error = NULL, error_type = NULL, "
+        "is_paused = 0, retry_after = NULL, updated_at = ?, change_seq = ?, "
+        "backend = COALESCE(v.backend, task.backend), "
+        "started_at = COALESCE(v.started_at, task.started_at) "
+        "FROM v WHERE task.id = v.id AND task.attempt = v.attempt AND task.claimed_by = ?",
+        (now, now, seq, tx.node_id),
     )
     tx.events_of(
         [(i.task_id, f.ord or 0, "completed", _completion_message(i), None) for i, f in plain]
