@@ -67,6 +67,10 @@ class Dialect:
     #: the SQL value of a new task's `ord` (insertion order), or None where the database
     #: assigns it itself
     new_task_ord: str | None = None
+    #: read many rows in one database step: `SELECT json_group_array(json_array(cols))` over
+    #: the query (SQLite: every step of a multi-row read lets another thread take the
+    #: interpreter lock); only for columns without floating point values (JSON keeps 15 digits)
+    one_step_rows: bool = False
     #: run a query and return plain tuples (no per-column name lookups: the hot path)
     tuples: Callable[[Conn, str, Sequence[Any]], list[tuple[Any, ...]]] | None = None
 

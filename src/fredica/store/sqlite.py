@@ -34,6 +34,7 @@ DIALECT = Dialect(
     insertion_order="rowid",
     driver_errors=(sqlite3.Error,),
     new_task_ord="(SELECT COALESCE(MAX(ord), 0) + 1 FROM task)",
+    one_step_rows=True,
     tuples=lambda conn, sql, params: _tuples(cast(sqlite3.Connection, conn), sql, params),
 )
 

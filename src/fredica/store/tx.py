@@ -120,6 +120,15 @@ class Tx:
             return [tuple(r) for r in self.q(sql, params)]
         return self.dialect.tuples(self.conn, sql, params)
 
+    def rows_of(self, sql: str, params: Sequence[Any], columns: Sequence[str]) -> list[list[Any]]:
+        """The rows of a query returning `columns` (text and integers only), read in one step
+        where the dialect can."""
+        if not self.dialect.one_step_rows:
+            return [list(r) for r in self.tuples(sql, params)]
+        wrapped = f"SELECT json_group_array(json_array({', '.join(columns)})) FROM ({sql})"
+        text = self.tuples(wrapped, params)[0][0]
+        return json.loads(text) if text else []
+
     def qmany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """One statement for many parameter rows (a single driver call)."""
         if rows:

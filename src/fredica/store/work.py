@@ -87,10 +87,11 @@ def _claim_part(
     params.append(limit)
     ids = [
         r[0]
-        for r in tx.tuples(
+        for r in tx.rows_of(
             f"SELECT id FROM task {tx.dialect.claim_hint} WHERE {' AND '.join(where)} "
             f"ORDER BY priority DESC, created_at ASC LIMIT ?{tx.dialect.skip_locked}",
             params,
+            ("id",),
         )
     ]
     if not ids:
@@ -288,10 +289,11 @@ def _fences(tx: Tx, task_ids: Sequence[str]) -> dict[str, _Fence]:
     if not unique:
         return {}
     marks = ",".join("?" for _ in unique)
-    rows = tx.tuples(
+    rows = tx.rows_of(
         "SELECT id, status, pipeline_id, claimed_by, attempt, ord FROM task "
         f"WHERE id IN ({marks}){tx.dialect.lock}",
         unique,
+        _Fence._fields,
     )
     return {r[0]: _Fence(*r) for r in rows}
 
