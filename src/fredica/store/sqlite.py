@@ -32,6 +32,9 @@ DIALECT = Dialect(
     claim_hint="INDEXED BY task_ready",
     insertion_order="rowid",
     driver_errors=(sqlite3.Error,),
+    # SQLite has no statistics unless ANALYZE ran: without them it may walk the type index for
+    # a pipeline's tasks (every task of that type) instead of the pipeline's few rows.
+    index_hint="INDEXED BY {index}",
 )
 
 
