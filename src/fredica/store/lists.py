@@ -68,6 +68,7 @@ def decode_cursor(kind: str, cursor: str) -> Position:
         or not _is_number(value[1])
         or not isinstance(value[2], int if value[0] == TASK_CURSOR else str)
         or isinstance(value[2], bool)
+        or (isinstance(value[2], int) and not -(2**63) <= value[2] < 2**63)
     ):
         raise errors.InvalidRequest(f"cursor: malformed cursor; {_CURSOR_HELP}")
     if value[0] != kind:
