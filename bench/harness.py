@@ -1,11 +1,11 @@
 """`python -m bench`: run the benchmarks and write bench/results/latest.{json,md}.
 
 Benchmarks (`--only NAME`, repeatable): noop (fredica 2 and 8 workers, the PostgreSQL store,
-Huey 2 and 8 workers, Celery), claim, claim_pg, latency, fanout, media. The quick default took
-16 minutes on two cores with the engine of 2026-12 (11 of them the no-op rounds, most of that the
-PostgreSQL runs at ~200 tasks/s); `--full` samples more and waits longer. Peers run only inside
-`noop`, next to fredica, so a ratio never mixes runs: `noop` runs every system once per round
-(`--rounds`, default 3), in alternating order, and reports medians over rounds.
+Huey 2 and 8 workers, Celery), claim (with the query plans of the hot path), claim_pg, latency,
+fanout, media, list (task and pipeline lists over HTTP at a million tasks). `--full` samples
+more and waits longer. Peers run only inside `noop`, next to fredica, so a ratio never mixes
+runs: `noop` runs every system once per round (`--rounds`, default 3), in alternating order,
+and reports medians over rounds.
 """
 
 from __future__ import annotations
@@ -29,11 +29,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import claim_cost, fredica_runs, peers, pg_runs, pgserver, query_plans, report, rounds
+from bench import (
+    claim_cost,
+    fredica_runs,
+    list_cost,
+    peers,
+    pg_runs,
+    pgserver,
+    query_plans,
+    report,
+    rounds,
+)
 from bench.util import log
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-BENCHMARKS = ("noop", "claim", "claim_pg", "latency", "fanout", "media")
+BENCHMARKS = ("noop", "claim", "claim_pg", "latency", "fanout", "media", "list")
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,7 @@ class Config:
     idle_poll_interval: float = 5.0
     fanout_chunks: int = 1_000
     fanout_deadline_s: float = 180.0
+    list_backlog: int = 1_000_000  # tasks in the data dir the list benchmark serves
 
 
 QUICK = Config()
@@ -202,6 +213,11 @@ def bench_media(cfg: Config, work: Path) -> dict[str, Any] | None:
     return result
 
 
+def bench_list(cfg: Config, work: Path) -> dict[str, Any]:
+    log(f"list: {cfg.list_backlog:,} tasks served by `fredica serve`")
+    return list_cost.run(work, cfg.list_backlog)
+
+
 async def _await(value: Any) -> Any:
     return await value
 
@@ -213,6 +229,7 @@ RUNNERS: dict[str, Callable[[Config, Path], dict[str, Any] | None]] = {
     "latency": bench_latency,
     "fanout": bench_fanout,
     "media": bench_media,
+    "list": bench_list,
 }
 
 

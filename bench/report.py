@@ -25,6 +25,7 @@ TARGET_TEXT = {
     "claim_1m_within_1_5x_of_1k": "claim cost with 1M pending within 1.5x of 1k",
     "idle_p50_push_lt_50ms": "idle latency p50 < 50 ms with push wake-up",
     "pipeline_overhead_lt_5pct": "orchestration overhead on the media pipeline < 5%",
+    "list_pages_le_50ms_at_1m": "task list first page and 10,000 deep <= 50 ms at 1M tasks",
 }
 #: the no-op systems that always appear in the results (null when not run), in table order
 NOOP_KEYS = (
@@ -50,6 +51,8 @@ NOOP_RATIOS = {
 }
 #: the claim sizes of the issues: always keys (null when not run)
 CLAIM_LABELS = ("1k", "10k", "100k", "1M")
+LIST_KEYS = ("first_page", "deep_page", "unfiltered_first_page", "pipelines_first_page")
+LIST_TARGET_BACKLOG = 1_000_000
 
 
 def machine_info() -> dict[str, Any]:
@@ -89,6 +92,29 @@ def _get(d: dict[str, Any] | None, *keys: str) -> Any:
             return None
         d = d.get(key)
     return d
+
+
+def list_costs(raw: dict[str, Any] | None) -> dict[str, Any]:
+    """`list_tasks_ms`: the list benchmark's backlog and page times (null when not run)."""
+    return {"backlog": _get(raw, "backlog"), **{k: _get(raw, k) for k in LIST_KEYS}}
+
+
+def list_target(costs: dict[str, Any]) -> bool | None:
+    """First and deep page <= 50 ms, judged only at a backlog of at least a million tasks."""
+    if costs["backlog"] is None or costs["backlog"] < LIST_TARGET_BACKLOG:
+        return None
+    return bool(max(costs["first_page"], costs["deep_page"]) <= 50.0)
+
+
+def list_lines(doc: dict[str, Any]) -> list[str]:
+    """The list benchmark's query plans, for the markdown."""
+    plans = _get(doc["details"].get("list"), "plans") or {}
+    if not plans:
+        return []
+    lines = ["", "List query plans (`EXPLAIN QUERY PLAN` of the SELECT each list runs):", ""]
+    for name, plan in plans.items():
+        lines += [f"- `{name}`: " + " / ".join(f"`{p}`" for p in plan.splitlines())]
+    return lines
 
 
 def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) -> dict[str, Any]:
@@ -136,6 +162,7 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
         "claim_1m_within_1_5x_of_1k": _flat(ratios, "claim_1m_vs_1k", "claim_only_1m_vs_1k"),
         "idle_p50_push_lt_50ms": None if latency["p50"] is None else latency["p50"] < 50.0,
         "pipeline_overhead_lt_5pct": None if overhead is None else overhead < 5.0,
+        "list_pages_le_50ms_at_1m": list_target(list_costs(raw.get("list"))),
     }
     return {
         "meta": meta,
@@ -165,6 +192,7 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
         "fanout_db_bytes": fan.get("db_bytes"),
         "pipeline_overhead_pct": overhead,
         "pipeline_overhead_note": None if overhead is not None else MEDIA_NOTE,
+        "list_tasks_ms": list_costs(raw.get("list")),
         "targets": targets,
         "details": raw,
         "errors": errors,
@@ -382,6 +410,10 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{_fmt(lat['poll_only_p99'], '', 0)} | | | | |",
         f"| DAG fan-out, {_fmt(doc['fanout_chunks'])} chunks: wall s / DB bytes | "
         f"{_fmt(doc['fanout_1000_s'], '', 2)} s / {_fmt(doc['fanout_db_bytes'])} | | | | |",
+        f"| task lists over HTTP at {_fmt(doc['list_tasks_ms']['backlog'])} tasks, ms: pending "
+        f"first page / 10,000 deep (cursor) / unfiltered / pipelines | "
+        f"{' / '.join(_fmt(doc['list_tasks_ms'][k]) for k in LIST_KEYS)} | | | first and deep "
+        f"≤ 50 ms at 1M | {_met(tg['list_pages_le_50ms_at_1m'])} |",
         f"| orchestration overhead, media pipeline | "
         f"{_fmt(doc['pipeline_overhead_pct'], ' %')} | | | < 5 % "
         f"| {_met(tg['pipeline_overhead_lt_5pct'])} |",
@@ -402,7 +434,12 @@ def markdown(doc: dict[str, Any]) -> str:
         cfg = _get(summary, "config")
         if cfg:
             lines.append(f"- **{SYSTEM_NAMES.get(key, key)}**: {cfg}.")
-    for name, key in (("claim cost", "claim"), ("idle latency", "latency"), ("fan-out", "fanout")):
+    for name, key in (
+        ("claim cost", "claim"),
+        ("idle latency", "latency"),
+        ("fan-out", "fanout"),
+        ("task lists", "list"),
+    ):
         cfg = _get(doc["details"].get(key), "config")
         if cfg:
             lines.append(f"- **{name}**: {cfg}.")
@@ -434,6 +471,7 @@ def markdown(doc: dict[str, Any]) -> str:
         ]
         for sql, plan in plans["plans"].items():
             lines += [f"- `{sql[:160]}`", *(f"  - {line}" for line in plan)]
+    lines += list_lines(doc)
     if doc["errors"]:
         lines += ["", "## Errors", ""]
         lines += [f"- `{k}`: {v}" for k, v in doc["errors"].items()]

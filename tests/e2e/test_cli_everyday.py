@@ -78,6 +78,48 @@ def test_any_unique_id_prefix_works_and_an_ambiguous_one_lists_matches(
     assert after["status"] in ("cancelling", "cancelled")
 
 
+def _cursor_of(stdout: str) -> str | None:
+    hints = [line for line in stdout.splitlines() if line.startswith("next page: ")]
+    return hints[-1].split("--cursor ")[1].strip() if hints else None
+
+
+def test_task_and_pipeline_lists_page_with_the_cursor(served: ServedNode, tmp_path: Path) -> None:
+    served.start()
+    pipelines = [
+        served.cli("pipeline", "create", "custom", "--material-id", f"m{i}", "--tasks",
+                   str(sleepers(tmp_path / f"t{i}", 4))).stdout.split()[1]
+        for i in range(3)
+    ]  # fmt: skip
+    with served.client() as client:
+        expected = [t["id"] for t in client.get("/api/v1/tasks").json()["tasks"]]
+    assert len(expected) == 12
+
+    seen: list[str] = []
+    args = ["task", "list", "--limit", "5"]
+    for _ in range(10):
+        out = served.cli(*args).stdout
+        seen += [i for i in expected if i in out]
+        cursor = _cursor_of(out)
+        if cursor is None:
+            break
+        assert "fredica task list --cursor" in out
+        args = ["task", "list", "--limit", "5", "--cursor", cursor]
+    assert sorted(seen) == sorted(expected) and len(seen) == 12
+    every = served.cli("task", "list", "--limit", "5", "--all").stdout
+    assert all(i in every for i in expected) and _cursor_of(every) is None
+    one = served.cli("task", "list", "--pipeline", pipelines[0][:8], "--status", "pending,running")
+    assert sum(i in one.stdout for i in expected) == 4
+
+    first = served.cli("pipeline", "list", "--limit", "2").stdout
+    assert [p for p in pipelines if p in first] == pipelines[1:]
+    rest = served.cli("pipeline", "list", "--limit", "2", "--cursor", _cursor_of(first) or "")
+    assert pipelines[0] in rest.stdout and _cursor_of(rest.stdout) is None
+
+    bad = served.cli("task", "list", "--cursor", "nonsense", check=False)
+    assert bad.returncode == 1 and "422" in bad.stderr and "cursor" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
 def test_node_without_a_scheme_and_bad_node_values(served: ServedNode) -> None:
     served.start()
     plain = fredica("status", "--node", f"127.0.0.1:{served.port}")

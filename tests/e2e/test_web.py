@@ -278,6 +278,54 @@ def test_pipeline_from_dialog_live_progress_pause_resume_dag_and_cancel(
     assert Path(saved).read_text() == '{"words": 42}'
 
 
+def test_lists_load_more_pages_with_the_cursor(
+    served: ServedNode, open_page: Callable[..., Page]
+) -> None:
+    served.start()
+    # 23 pipelines of 10 quick tasks: more than one page of each list (200 tasks, 20 pipelines)
+    task = {"type": "TEST_SLEEP", "payload": {"seconds": 0}}
+    for i in range(23):
+        tasks = [task | {"ref": f"t{j}"} for j in range(10)]
+        body = {"template": "custom", "material_id": f"many-{i}", "tasks": tasks}
+        api(served, "POST", "/api/v1/pipelines", json=body)
+    wait_for(
+        lambda: api(served, "GET", "/api/v1/status")["task_counts"]["completed"] == 230,
+        "every task to complete",
+        timeout=60,
+    )
+    every_task = {t["id"] for t in api(served, "GET", "/api/v1/tasks")["tasks"]}
+    assert len(every_task) == 230
+
+    page = open_page(f"{served.url}/processing")
+    rows = page.locator("table.tasks-table tbody tr[data-task-id]")
+    more_tasks = page.locator(".list-more[data-list=tasks]")
+    expect(rows).to_have_count(200)
+    expect(more_tasks).to_be_visible()
+    expect(more_tasks.locator(".small")).to_have_text("已显示 200 个任务")
+    expect(more_tasks.locator("button")).to_have_text("加载更多")
+    more_tasks.locator("button").click()
+    expect(rows).to_have_count(230)
+    expect(more_tasks).to_be_hidden()
+    shown = rows.evaluate_all("rows => rows.map(r => r.dataset.taskId)")
+    assert len(shown) == len(set(shown)) and set(shown) == every_task
+
+    pipelines = page.locator("table.pipelines-table tbody tr[data-pipeline-id]")
+    more_pipelines = page.locator(".list-more[data-list=pipelines]")
+    expect(pipelines).to_have_count(20)
+    more_pipelines.locator("button").click()
+    expect(pipelines).to_have_count(23)
+    expect(more_pipelines).to_be_hidden()
+    expect(page.locator("select.filter-pipeline option")).to_have_count(24)
+
+    # A filter starts over from its own first page.
+    page.locator("button[data-filter=failed]").click()
+    expect(rows).to_have_count(0)
+    expect(more_tasks).to_be_hidden()
+    page.locator("button[data-filter=all]").click()
+    expect(rows).to_have_count(200)
+    expect(more_tasks).to_be_visible()
+
+
 def test_dialog_shows_api_errors_and_asks_before_lowering_quality(
     served: ServedNode, open_page: Callable[..., Page]
 ) -> None:

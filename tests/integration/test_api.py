@@ -97,6 +97,61 @@ async def test_create_get_list_and_dedupe(api) -> None:
     assert [e["event_type"] for e in detail["events"]][:1] == ["created"]
 
 
+async def _pages(client: httpx.AsyncClient, path: str, key: str, **params: Any) -> list[str]:
+    """Every id of a list, followed page by page through `next_cursor`."""
+    ids: list[str] = []
+    cursor = None
+    while True:
+        query = params | ({"cursor": cursor} if cursor else {})
+        body = (await client.get(path, params=query)).json()
+        ids += [row["id"] for row in body[key]]
+        if body["next_cursor"] is None:
+            return ids
+        assert len(body[key]) == params["limit"]
+        cursor = body["next_cursor"]
+
+
+async def test_lists_page_with_a_cursor(api) -> None:
+    client, _ = api
+    pipelines = []
+    for i in range(4):
+        task = {"type": "TEST_SLEEP", "payload": {"seconds": 0}}
+        tasks = [task | {"ref": f"t{j}"} for j in range(9)]
+        body = {"template": "custom", "material_id": f"paged-{i}", "tasks": tasks}
+        created = (await client.post("/api/v1/pipelines", json=body)).json()
+        pipelines.append(created["pipeline_id"])
+    full = (await client.get("/api/v1/tasks", params={"limit": 1000})).json()
+    assert full["next_cursor"] is None and len(full["tasks"]) == 36
+    expected = [t["id"] for t in full["tasks"]]
+    assert await _pages(client, "/api/v1/tasks", "tasks", limit=5) == expected
+    assert await _pages(client, "/api/v1/tasks", "tasks", limit=36) == expected
+    # newest pipeline's tasks first; within one pipeline oldest first
+    newest = [t["id"] for t in full["tasks"] if t["pipeline_id"] == pipelines[-1]]
+    assert expected[:9] == newest
+    one = await _pages(client, "/api/v1/tasks", "tasks", limit=4, pipeline_id=pipelines[0])
+    assert one == [t["id"] for t in full["tasks"] if t["pipeline_id"] == pipelines[0]][::-1]
+    # offset still works, alone or after a cursor
+    page = (await client.get("/api/v1/tasks", params={"limit": 5, "offset": 10})).json()
+    assert [t["id"] for t in page["tasks"]] == expected[10:15] and page["next_cursor"]
+    after = {"limit": 3, "offset": 2, "cursor": page["next_cursor"]}
+    page = (await client.get("/api/v1/tasks", params=after)).json()
+    assert [t["id"] for t in page["tasks"]] == expected[17:20]
+    listed = (await client.get("/api/v1/pipelines")).json()
+    assert listed["next_cursor"] is None
+    assert await _pages(client, "/api/v1/pipelines", "pipelines", limit=3) == pipelines[::-1]
+    assert [p["id"] for p in listed["pipelines"]] == pipelines[::-1]
+
+    task_cursor = (await client.get("/api/v1/tasks", params={"limit": 1})).json()["next_cursor"]
+    for path, cursor, fragment in (
+        ("/api/v1/tasks", "not-a-cursor", "cursor: malformed cursor"),
+        ("/api/v1/pipelines", "eyJ4Ijp0cnVlfQ", "cursor: malformed cursor"),
+        ("/api/v1/pipelines", task_cursor, "belongs to the task list"),
+    ):
+        r = await client.get(path, params={"cursor": cursor})
+        assert r.status_code == 422, r.text
+        assert r.json()["code"] == "invalid_request" and fragment in r.json()["error"]
+
+
 @pytest.mark.parametrize(
     ("body", "status", "fragment"),
     [

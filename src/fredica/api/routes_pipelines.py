@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from fredica.api import deps
+from fredica.api.routes_tasks import CURSOR_HELP, OFFSET_HELP
 from fredica.domain import errors
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
 
@@ -37,12 +38,15 @@ async def create_pipeline(
 @router.get("/api/v1/pipelines")
 async def list_pipelines(
     node: deps.NodeDep,
-    status: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    status: Annotated[str | None, Query(description="Only pipelines in this status.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Rows per page.")] = 100,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description=OFFSET_HELP)] = 0,
+    cursor: Annotated[str | None, Query(description=CURSOR_HELP)] = None,
 ) -> dict[str, Any]:
-    rows = await node.list_pipelines(status, limit, offset)
-    return {"pipelines": [p.to_json() for p in rows]}
+    """Pipelines, newest first (`created_at`, then id). `next_cursor` continues the list
+    (null on its last page); a malformed cursor answers 422."""
+    page = await node.page_pipelines(status, limit, cursor, offset)
+    return {"pipelines": [p.to_json() for p in page.items], "next_cursor": page.next_cursor}
 
 
 @router.get("/api/v1/pipelines/{pipeline_id}")

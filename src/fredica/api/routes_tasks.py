@@ -13,20 +13,38 @@ from fredica.domain.models import TaskStatus
 MAX_OFFSET = 1_000_000_000  # deeper pages answer 422 instead of overflowing the database
 router = APIRouter()
 
+CURSOR_HELP = (
+    "Continue a list after the page that returned this `next_cursor` (opaque; pass it "
+    "unchanged, with the same filters). The cost of a page does not grow with its depth, and "
+    "rows created meanwhile never shift or repeat rows of later pages."
+)
+OFFSET_HELP = (
+    "Rows to skip (after `cursor`, if given). Its cost grows with the offset: page with "
+    "`cursor` instead."
+)
+
 TASK_ACTIONS = ("cancel", "pause", "resume", "retry", "skip")
 
 
 @router.get("/api/v1/tasks")
 async def list_tasks(
     node: deps.NodeDep,
-    pipeline_id: str | None = None,
-    status: str | None = None,
-    type: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=100_000)] = 500,
-    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    pipeline_id: Annotated[
+        str | None, Query(description="Only this pipeline's tasks (then oldest first).")
+    ] = None,
+    status: Annotated[
+        str | None, Query(description="Only tasks in these statuses, comma-separated: `a,b`.")
+    ] = None,
+    type: Annotated[str | None, Query(description="Only tasks of this type.")] = None,
+    limit: Annotated[int, Query(ge=1, le=100_000, description="Rows per page.")] = 500,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description=OFFSET_HELP)] = 0,
+    cursor: Annotated[str | None, Query(description=CURSOR_HELP)] = None,
 ) -> dict[str, Any]:
-    rows = await node.list_tasks(pipeline_id, _statuses(status), type, limit, offset)
-    return {"tasks": [t.to_json() for t in rows]}
+    """Tasks, newest first (`created_at`, then creation order); a pipeline's tasks oldest
+    first. `next_cursor` continues the list (null on its last page); a malformed cursor
+    answers 422."""
+    page = await node.page_tasks(pipeline_id, _statuses(status), type, limit, cursor, offset)
+    return {"tasks": [t.to_json() for t in page.items], "next_cursor": page.next_cursor}
 
 
 @router.get("/api/v1/tasks/{task_id}")

@@ -7,6 +7,7 @@ import errno
 import os
 import re
 import socket
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import httpx
@@ -16,9 +17,11 @@ from rich.console import Console
 err_console = Console(stderr=True)
 
 DEFAULT_NODE = "http://127.0.0.1:7631"
-# the lists searched for an ID prefix (the node's list endpoints cap `limit` at these)
+# the most rows searched for an ID prefix, read page by page (`limit` per page, capped by the
+# node's list endpoints at 100,000 tasks and 1,000 pipelines)
 TASK_LIST_LIMIT = 100_000
-PIPELINE_LIST_LIMIT = 1000
+PIPELINE_LIST_LIMIT = 100_000
+PREFIX_PAGE = 1000
 FULL_ID_LENGTH = 36  # a UUID with dashes
 
 
@@ -102,6 +105,29 @@ def detail(response: httpx.Response) -> str:
         return response.text[:200]
 
 
+def pages(
+    client: Client, path: str, key: str, params: dict[str, Any], cursor: str | None = None
+) -> Iterator[tuple[list[dict[str, Any]], str | None]]:
+    """The pages of a list endpoint from `cursor` on, following `next_cursor`: each page's rows
+    and the cursor after it (None after the last page)."""
+    while True:
+        query = params | ({"cursor": cursor} if cursor else {})
+        body = client.request("GET", path, params=query)
+        cursor = body.get("next_cursor")
+        yield body[key], cursor
+        if not cursor:
+            return
+
+
+def _rows(client: Client, path: str, key: str, most: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for page, _ in pages(client, path, key, {"limit": PREFIX_PAGE}):
+        rows += page
+        if len(rows) >= most:
+            break
+    return rows[:most]
+
+
 def _resolve(kind: str, prefix: str, ids: list[str], describe: dict[str, str]) -> str:
     matches = [i for i in ids if i.startswith(prefix)]
     if len(matches) == 1:
@@ -120,7 +146,7 @@ def resolve_task_id(client: Client, prefix: str) -> str:
     prefix = prefix.strip().lower()
     if len(prefix) >= FULL_ID_LENGTH:
         return prefix
-    tasks = client.request("GET", "/api/v1/tasks", params={"limit": TASK_LIST_LIMIT})["tasks"]
+    tasks = _rows(client, "/api/v1/tasks", "tasks", TASK_LIST_LIMIT)
     describe = {t["id"]: f"{t['type']} {t['status']}" for t in tasks}
     return _resolve("task", prefix, [t["id"] for t in tasks], describe)
 
@@ -130,8 +156,7 @@ def resolve_pipeline_id(client: Client, prefix: str) -> str:
     prefix = prefix.strip().lower()
     if len(prefix) >= FULL_ID_LENGTH:
         return prefix
-    rows = client.request("GET", "/api/v1/pipelines", params={"limit": PIPELINE_LIST_LIMIT})
-    pipelines = rows["pipelines"]
+    pipelines = _rows(client, "/api/v1/pipelines", "pipelines", PIPELINE_LIST_LIMIT)
     describe = {p["id"]: f"{p['template']} {p['status']}" for p in pipelines}
     return _resolve("pipeline", prefix, [p["id"] for p in pipelines], describe)
 

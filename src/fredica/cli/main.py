@@ -27,7 +27,7 @@ app = typer.Typer(
     add_completion=False,
 )
 pipeline_app = typer.Typer(help="Create, list, show and cancel pipelines.", no_args_is_help=True)
-task_app = typer.Typer(help="Control one task.", no_args_is_help=True)
+task_app = typer.Typer(help="List tasks and control one task.", no_args_is_help=True)
 app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(task_app, name="task")
 
@@ -202,30 +202,62 @@ def pipeline_create(
         raise typer.Exit(remote.follow(client, created["pipeline_id"]))
 
 
+CursorOpt = Annotated[
+    str | None,
+    typer.Option(help="Continue after the page that printed this cursor (`next page:`)."),
+]
+AllOpt = Annotated[bool, typer.Option("--all", help="Every page, not only one.")]
+LimitOpt = Annotated[int, typer.Option(min=1, max=1000, help="Rows per page.")]
+
+
+def _list(
+    client: Client, path: str, key: str, params: dict[str, Any], cursor: str | None, every: bool
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of a list from `cursor` (or, with `every`, all of them) and the cursor after."""
+    rows: list[dict[str, Any]] = []
+    for page, after in cli_client.pages(client, path, key, params, cursor):
+        rows += page
+        if not every:
+            return rows, after
+    return rows, None
+
+
+def _next_page_hint(command: str, cursor: str | None) -> None:
+    if cursor:
+        console.print(f"next page: {command} --cursor {cursor}", style="dim", soft_wrap=True)
+
+
+def _created(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
 @pipeline_app.command("list")
 def pipeline_list(
     node: NodeOpt = DEFAULT_NODE,
     status: Annotated[str | None, typer.Option(help="Only pipelines in this status.")] = None,
-    limit: int = 50,
+    limit: LimitOpt = 50,
+    cursor: CursorOpt = None,
+    every: AllOpt = False,
 ) -> None:
-    """List pipelines, newest first."""
+    """List pipelines, newest first, one page at a time."""
     params: dict[str, Any] = {"limit": limit}
     if status:
         params["status"] = status
-    data = Client(node).request("GET", "/api/v1/pipelines", params=params)
+    rows, after = _list(Client(node), "/api/v1/pipelines", "pipelines", params, cursor, every)
     table = Table("id", "template", "material", "status", "done/total", "created")
     table.columns[0].no_wrap = True
     table.columns[0].min_width = 36
-    for p in data["pipelines"]:
+    for p in rows:
         table.add_row(
             p["id"],
             p["template"],
             remote.material_name(p),
             Text(p["status"], style=STATUS_STYLE.get(p["status"], "")),
             f"{p['done_tasks']}/{p['total_tasks']}",
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(p["created_at"])),
+            _created(p["created_at"]),
         )
     console.print(table)
+    _next_page_hint("fredica pipeline list" + (f" --status {status}" if status else ""), after)
 
 
 @pipeline_app.command("show")
@@ -265,6 +297,50 @@ def _task_action(action: str, task_id: str, node: str) -> None:
     data = client.request("POST", f"/api/v1/tasks/{task_id}/{action}")
     paused = " (paused)" if data["is_paused"] else ""
     console.print(f"task {task_id}: {data['status']}{paused}")
+
+
+@task_app.command("list")
+def task_list(
+    node: NodeOpt = DEFAULT_NODE,
+    status: Annotated[
+        str | None, typer.Option(help="Only tasks in these statuses (comma-separated).")
+    ] = None,
+    task_type: Annotated[str | None, typer.Option("--type", help="Only this task type.")] = None,
+    pipeline: Annotated[
+        str | None, typer.Option(help="Only this pipeline's tasks (oldest first).")
+    ] = None,
+    limit: LimitOpt = 50,
+    cursor: CursorOpt = None,
+    every: AllOpt = False,
+) -> None:
+    """List tasks, newest first, one page at a time."""
+    client = Client(node)
+    params: dict[str, Any] = {"limit": limit}
+    command = "fredica task list"
+    if pipeline:
+        params["pipeline_id"] = cli_client.resolve_pipeline_id(client, pipeline)
+        command += f" --pipeline {params['pipeline_id']}"
+    if status:
+        params["status"] = status
+        command += f" --status {status}"
+    if task_type:
+        params["type"] = task_type
+        command += f" --type {task_type}"
+    rows, after = _list(client, "/api/v1/tasks", "tasks", params, cursor, every)
+    table = Table("id", "type", "status", "progress", "pipeline", "created")
+    table.columns[0].no_wrap = True
+    table.columns[0].min_width = 36
+    for t in rows:
+        table.add_row(
+            t["id"],
+            t["type"],
+            Text(t["status"], style=STATUS_STYLE.get(t["status"], "")),
+            f"{t['progress']}%",
+            (t["pipeline_id"] or "—")[:8],
+            _created(t["created_at"]),
+        )
+    console.print(table)
+    _next_page_hint(command, after)
 
 
 @task_app.command("pause")

@@ -145,13 +145,13 @@ class CrashRecovery:
     async def _own_active_pipelines(self) -> list[str]:
         ids: list[str] = []
         for status in ACTIVE_PIPELINE_STATUSES:
-            offset = 0
+            cursor: str | None = None
             while True:
-                rows = await self._store.list_pipelines(status, PAGE, offset)
-                ids.extend(p.id for p in rows if p.owner_id == self._node_id)
-                if len(rows) < PAGE:
+                page = await self._store.page_pipelines(status, PAGE, cursor)
+                ids.extend(p.id for p in page.items if p.owner_id == self._node_id)
+                if page.next_cursor is None:
                     break
-                offset += len(rows)
+                cursor = page.next_cursor
         return ids
 
     async def _cancel_pending(self, outcomes: list[CancelOutcome]) -> _Cancelled:

@@ -36,6 +36,7 @@ from fredica.store.base import (
     CancelOutcome,
     ChangeBatch,
     NodeRecord,
+    Page,
     RecoveryReport,
     RestartLogEntry,
     Signal,
@@ -475,6 +476,15 @@ class Node:
     ) -> list[models.Pipeline]:
         return await self._store.list_pipelines(status, limit, offset)
 
+    async def page_pipelines(
+        self,
+        status: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        offset: int = 0,
+    ) -> Page[models.Pipeline]:
+        return await self._store.page_pipelines(status, limit, cursor, offset)
+
     async def get_pipeline(self, pipeline_id: str) -> models.Pipeline:
         return await self._store.get_pipeline(pipeline_id)
 
@@ -493,6 +503,17 @@ class Node:
         offset: int = 0,
     ) -> list[models.Task]:
         return await self._store.list_tasks(pipeline_id, status, task_type, limit, offset)
+
+    async def page_tasks(
+        self,
+        pipeline_id: str | None = None,
+        status: list[str] | None = None,
+        task_type: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        offset: int = 0,
+    ) -> Page[models.Task]:
+        return await self._store.page_tasks(pipeline_id, status, task_type, limit, cursor, offset)
 
     async def get_task(self, task_id: str) -> models.Task:
         return await self._store.get_task(task_id)

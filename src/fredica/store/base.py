@@ -21,7 +21,7 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from fredica.domain import errors
 from fredica.domain.models import (
@@ -35,6 +35,8 @@ from fredica.domain.models import (
     TaskStatus,
 )
 from fredica.domain.spawn import SpawnHook
+
+T = TypeVar("T")
 
 SpawnHookLookup = Callable[[str], SpawnHook | None]
 """Maps a pipeline template name to its post-completion hook."""
@@ -243,6 +245,17 @@ class ChangeBatch:
     cursor: int
 
 
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a list and the cursor of the next page (None: this page is the last).
+
+    The cursor is opaque to callers: passed back unchanged it continues the list after this
+    page's last row, however many rows were added meanwhile (keyset pagination)."""
+
+    items: list[T]
+    next_cursor: str | None
+
+
 class TaskStore(ABC):
     """Durable tasks and pipelines; every write is one transaction (see the module docstring)."""
 
@@ -410,7 +423,19 @@ class TaskStore(ABC):
     async def list_pipelines(
         self, status: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[Pipeline]:
-        """Pipelines, newest first."""
+        """Pipelines, newest first (`created_at`, then id)."""
+
+    @abstractmethod
+    async def page_pipelines(
+        self,
+        status: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        offset: int = 0,
+    ) -> Page[Pipeline]:
+        """A page of `list_pipelines`: the rows after `cursor` (a `next_cursor` of an earlier
+        page; None: from the start), skipping `offset` of them. A cursor that is not one of
+        this list is refused with `InvalidRequest`. Costs the same at any depth."""
 
     @abstractmethod
     async def list_tasks(
@@ -421,7 +446,20 @@ class TaskStore(ABC):
         limit: int = 500,
         offset: int = 0,
     ) -> list[Task]:
-        """Tasks (of a pipeline in creation order, else newest first)."""
+        """Tasks (of a pipeline oldest first, else newest first: `created_at`, then the order
+        of insertion), in any of `status` (None or empty: any)."""
+
+    @abstractmethod
+    async def page_tasks(
+        self,
+        pipeline_id: str | None = None,
+        status: Sequence[str] | None = None,
+        task_type: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        offset: int = 0,
+    ) -> Page[Task]:
+        """A page of `list_tasks` after `cursor` (see `page_pipelines`)."""
 
     @abstractmethod
     async def task_events(self, task_id: str) -> list[TaskEvent]:
@@ -433,7 +471,8 @@ class TaskStore(ABC):
 
     @abstractmethod
     async def count_by_status(self) -> dict[str, int]:
-        """How many tasks are in each status."""
+        """How many tasks are in each status (every status, 0 included). Read from counters
+        the store maintains, not by counting the task rows."""
 
     @abstractmethod
     async def restart_log(self, limit: int = 100) -> list[RestartLogEntry]:

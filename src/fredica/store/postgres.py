@@ -52,6 +52,7 @@ DIALECT = Dialect(
     driver_errors=(psycopg.Error,),
     key_lock="SELECT pg_advisory_xact_lock(hashtext(?)) AS locked",
     tuples=lambda conn, sql, params: cast(_PgConn, conn).tuples(sql, params),
+    union_arm_limits=True,
 )
 
 _RETRYABLE = (

@@ -73,6 +73,14 @@ class Dialect:
     one_step_rows: bool = False
     #: run a query and return plain tuples (no per-column name lookups: the hot path)
     tuples: Callable[[Conn, str, Sequence[Any]], list[tuple[Any, ...]]] | None = None
+    #: the clause after a table name that makes a list walk the index `{index}` in list order
+    #: (store/lists.py); "" where the planner's statistics choose well
+    index_hint: str = ""
+    #: each arm of a list merged from several index walks (`UNION ALL`) needs its own ORDER BY
+    #: and LIMIT: PostgreSQL plans an arm with a WHERE clause as a subquery blind to the
+    #: outer order, and merges (Merge Append) only arms that are ordered themselves. SQLite
+    #: merges a plain compound select and does not allow an arm its own ORDER BY.
+    union_arm_limits: bool = False
 
     def is_driver_error(self, exc: BaseException) -> bool:
         return isinstance(exc, self.driver_errors)

@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 
 from fredica.domain import errors
 from fredica.domain.clock import Clock
-from fredica.domain.models import NewPipeline, NewTask, Pipeline, Task, TaskEvent, TaskStatus
-from fredica.store import control, work
+from fredica.domain.models import NewPipeline, NewTask, Pipeline, Task, TaskEvent
+from fredica.store import control, lists, work
 from fredica.store.base import (
     CancelOutcome,
     ChangeBatch,
@@ -37,6 +37,7 @@ from fredica.store.base import (
     Liveness,
     MonitorReport,
     NodeRecord,
+    Page,
     RecoveryReport,
     RestartLogEntry,
     Signal,
@@ -444,16 +445,22 @@ class SQLStore(TaskStore):
     async def list_pipelines(
         self, status: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[Pipeline]:
-        sql = f"SELECT {PIPELINE_COLUMNS} FROM pipeline_instance"
-        params: list[Any] = []
-        if status:
-            sql += " WHERE status = ?"
-            params.append(status)
-        sql += " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
-        params += [limit, offset]
-        return await self._read(
-            lambda conn: [row_to_pipeline(r) for r in conn.execute(sql, params)]
-        )
+        page = await self.page_pipelines(status, limit, None, offset)
+        return page.items
+
+    async def page_pipelines(
+        self,
+        status: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        offset: int = 0,
+    ) -> Page[Pipeline]:
+        _check_limit(limit)
+        after = lists.decode_cursor(lists.PIPELINE_CURSOR, cursor) if cursor else None
+        # One row more than asked says whether a next page exists.
+        sql, params = lists.pipeline_query(status, limit + 1, offset, after)
+        rows = await self._read(lambda conn: list(conn.execute(sql, params)))
+        return _page(rows, limit, lists.PIPELINE_CURSOR, row_to_pipeline)
 
     async def list_tasks(
         self,
@@ -463,29 +470,25 @@ class SQLStore(TaskStore):
         limit: int = 500,
         offset: int = 0,
     ) -> list[Task]:
-        where: list[str] = []
-        params: list[Any] = []
-        if pipeline_id:
-            where.append("pipeline_id = ?")
-            params.append(pipeline_id)
-        if status:
-            where.append(f"status IN ({','.join('?' for _ in status)})")
-            params.extend(status)
-        if task_type:
-            where.append("type = ?")
-            params.append(task_type)
-        sql = f"SELECT {TASK_COLUMNS} FROM task"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        order_col = self.dialect.insertion_order
-        order = (
-            f"created_at ASC, {order_col} ASC"
-            if pipeline_id
-            else f"created_at DESC, {order_col} DESC"
-        )
-        sql += f" ORDER BY {order} LIMIT ? OFFSET ?"
-        params += [limit, offset]
+        sql, params = lists.task_query(self.dialect, pipeline_id, status, task_type, limit, offset)
         return await self._read(lambda conn: [row_to_task(r) for r in conn.execute(sql, params)])
+
+    async def page_tasks(
+        self,
+        pipeline_id: str | None = None,
+        status: Sequence[str] | None = None,
+        task_type: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        offset: int = 0,
+    ) -> Page[Task]:
+        _check_limit(limit)
+        after = lists.decode_cursor(lists.TASK_CURSOR, cursor) if cursor else None
+        sql, params = lists.task_query(
+            self.dialect, pipeline_id, status, task_type, limit + 1, offset, after
+        )
+        rows = await self._read(lambda conn: list(conn.execute(sql, params)))
+        return _page(rows, limit, lists.TASK_CURSOR, row_to_task)
 
     async def task_events(self, task_id: str) -> list[TaskEvent]:
         sql = (
@@ -520,13 +523,7 @@ class SQLStore(TaskStore):
         return await self._read(read)
 
     async def count_by_status(self) -> dict[str, int]:
-        def read(conn: Conn) -> dict[str, int]:
-            counts = {s.value: 0 for s in TaskStatus}
-            for r in conn.execute("SELECT status, COUNT(*) AS n FROM task GROUP BY status"):
-                counts[r["status"]] = int(r["n"])
-            return counts
-
-        return await self._read(read)
+        return await self._read(lambda conn: lists.counts_from(list(conn.execute(lists.COUNT_SQL))))
 
     async def restart_log(self, limit: int = 100) -> list[RestartLogEntry]:
         def read(conn: Conn) -> list[RestartLogEntry]:
@@ -589,6 +586,19 @@ class SQLStore(TaskStore):
             [row_to_pipeline(r) for r in pipeline_rows if r["change_seq"] <= end],
             max(end, cursor),
         )
+
+
+def _check_limit(limit: int) -> None:
+    if limit < 1:
+        raise errors.InvalidRequest(f"limit: must be at least 1, got {limit}")
+
+
+def _page(rows: list[Row], limit: int, kind: str, to_item: Callable[[Row], T]) -> Page[T]:
+    """The first `limit` of `rows` (read with one extra row) and the cursor after them."""
+    more = len(rows) > limit
+    rows = rows[:limit]
+    cursor = lists.encode_cursor(kind, lists.position_of(rows[-1])) if more else None
+    return Page([to_item(r) for r in rows], cursor)
 
 
 def _changed_rows(

@@ -36,6 +36,9 @@ DIALECT = Dialect(
     new_task_ord="(SELECT COALESCE(MAX(ord), 0) + 1 FROM task)",
     one_step_rows=True,
     tuples=lambda conn, sql, params: _tuples(cast(sqlite3.Connection, conn), sql, params),
+    # SQLite has no statistics unless ANALYZE ran: without them it may walk the type index for
+    # a pipeline's tasks (every task of that type) instead of the pipeline's few rows.
+    index_hint="INDEXED BY {index}",
 )
 
 

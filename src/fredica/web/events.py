@@ -151,9 +151,11 @@ class EventStream:
         self._seq = batch.cursor
         if len(batch.tasks) >= CHANGES_BATCH or len(batch.pipelines) >= CHANGES_BATCH:
             self._version -= 1  # more rows are waiting: do not wait for the next change
-        counts = await node.count_by_status()
-        if not (batch.tasks or batch.pipelines or counts != self._counts):
+        if not (batch.tasks or batch.pipelines):
             return None
+        # Only a task row that changed can move a count (the counts cost a read of every
+        # pipeline's counters, so a change of pipelines alone does not pay for it).
+        counts = await node.count_by_status() if batch.tasks else self._counts
         data: dict[str, Any] = {
             "version": version,
             "seq": self._seq,

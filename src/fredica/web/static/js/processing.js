@@ -1,5 +1,6 @@
 // 处理中心 /processing (seed 001 §9.1): counters, task queue with filters and actions, cluster
-// nodes, recent pipelines. Rows are updated in place from server-sent events.
+// nodes, recent pipelines. Rows are updated in place from server-sent events. Both lists load
+// one page and follow the API's `next_cursor` on "load more".
 
 import { del, get } from "./api.js";
 import { t, typeName } from "./i18n.js";
@@ -67,6 +68,11 @@ export function renderProcessing(app) {
     pipelineRows: new Map(),
     names: new Map(), // pipeline id -> the source it processes (file path or URL)
     loadToken: 0,
+    taskCursor: null, // next_cursor of the last task page (null: nothing more)
+    taskCap: TASK_LIMIT, // rows kept: one page per load
+    pipelineCursor: null,
+    pipelineCap: PIPELINE_LIMIT,
+    pipelineToken: 0,
   };
 
   function taskSource(task) {
@@ -146,11 +152,7 @@ export function renderProcessing(app) {
     { class: "empty" },
     h("td", { colspan: 7, class: "muted" }, t("queue.empty")),
   );
-  const moreNote = h(
-    "p",
-    { class: "muted small", hidden: true },
-    t("queue.more", { n: TASK_LIMIT }),
-  );
+  const moreTasks = loadMoreFooter("tasks", () => loadMoreTasks());
   const table = h(
     "table",
     { class: "table tasks-table" },
@@ -175,7 +177,7 @@ export function renderProcessing(app) {
       h("div", { class: "filters" }, filterButtons, typeSelect, pipelineSelect),
     ),
     h("div", { class: "table-wrap" }, table),
-    moreNote,
+    moreTasks.el,
   );
 
   const clusterList = h("div", { class: "node-list" });
@@ -187,6 +189,7 @@ export function renderProcessing(app) {
   );
 
   const pipelineBody = h("tbody");
+  const morePipelines = loadMoreFooter("pipelines", () => loadMorePipelines());
   const pipelinesCard = h(
     "section",
     { class: "card pipelines" },
@@ -209,6 +212,7 @@ export function renderProcessing(app) {
         pipelineBody,
       ),
     ),
+    morePipelines.el,
   );
 
   app.append(
@@ -310,8 +314,8 @@ export function renderProcessing(app) {
 
   const renderTasks = frameThrottle(() => {
     const sorted = [...view.tasks.values()].sort(compareTasks);
-    for (const dropped of sorted.splice(TASK_LIMIT)) view.tasks.delete(dropped.id);
-    moreNote.hidden = view.tasks.size < TASK_LIMIT;
+    for (const dropped of sorted.splice(view.taskCap)) view.tasks.delete(dropped.id);
+    moreTasks.update(view.tasks.size, view.taskCursor);
     for (const [id, tr] of view.rows) {
       if (!view.tasks.has(id)) {
         tr.remove();
@@ -348,22 +352,34 @@ export function renderProcessing(app) {
     else view.tasks.delete(task.id);
   }
 
-  async function loadTasks() {
-    const token = ++view.loadToken;
+  /** The first page of the chosen filters, or (`more`) the page after the last one. */
+  async function loadTasks(more = false) {
+    const token = more ? view.loadToken : ++view.loadToken;
     const params = new URLSearchParams({ limit: String(TASK_LIMIT) });
     const statuses = FILTER_STATUSES[view.filter];
     if (statuses) params.set("status", statuses.join(","));
     if (view.type) params.set("type", view.type);
     if (view.pipeline) params.set("pipeline_id", view.pipeline);
+    if (more) params.set("cursor", view.taskCursor);
     try {
       const data = await get(`/api/v1/tasks?${params}`);
       if (token !== view.loadToken) return; // a newer filter was chosen meanwhile
-      view.tasks.clear();
+      if (more) {
+        view.taskCap += TASK_LIMIT;
+      } else {
+        view.tasks.clear();
+        view.taskCap = TASK_LIMIT;
+      }
+      view.taskCursor = data.next_cursor ?? null;
       for (const task of data.tasks) upsertTask(task);
       renderTasks();
     } catch (err) {
       toast(err.message, "error");
     }
+  }
+
+  function loadMoreTasks() {
+    return view.taskCursor ? loadTasks(true) : Promise.resolve();
   }
 
   function renderCluster() {
@@ -380,10 +396,13 @@ export function renderProcessing(app) {
   }
 
   const renderPipelines = frameThrottle(() => {
-    const sorted = [...view.pipelines.values()].sort((a, b) => b.created_at - a.created_at);
-    for (const dropped of sorted.splice(PIPELINE_LIMIT)) {
+    const sorted = [...view.pipelines.values()].sort(
+      (a, b) => b.created_at - a.created_at || (a.id < b.id ? 1 : -1),
+    );
+    for (const dropped of sorted.splice(view.pipelineCap)) {
       if (dropped.id !== view.pipeline) view.pipelines.delete(dropped.id);
     }
+    morePipelines.update(Math.min(sorted.length, view.pipelineCap), view.pipelineCursor);
     clear(pipelineBody);
     if (!sorted.length) {
       pipelineBody.append(
@@ -453,10 +472,20 @@ export function renderProcessing(app) {
     return labelCells(row, PIPELINE_COLUMNS);
   }
 
-  async function loadPipelines() {
+  async function loadPipelines(more = false) {
+    const token = more ? view.pipelineToken : ++view.pipelineToken;
+    const params = new URLSearchParams({ limit: String(PIPELINE_LIMIT) });
+    if (more) params.set("cursor", view.pipelineCursor);
     try {
-      const data = await get(`/api/v1/pipelines?limit=${PIPELINE_LIMIT}`);
-      view.pipelines.clear();
+      const data = await get(`/api/v1/pipelines?${params}`);
+      if (token !== view.pipelineToken) return; // reloaded meanwhile
+      if (more) {
+        view.pipelineCap += PIPELINE_LIMIT;
+      } else {
+        view.pipelines.clear();
+        view.pipelineCap = PIPELINE_LIMIT;
+      }
+      view.pipelineCursor = data.next_cursor ?? null;
       for (const p of data.pipelines) {
         view.pipelines.set(p.id, p);
         pipelineSource(p);
@@ -467,6 +496,10 @@ export function renderProcessing(app) {
     } catch (err) {
       toast(err.message, "error");
     }
+  }
+
+  function loadMorePipelines() {
+    return view.pipelineCursor ? loadPipelines(true) : Promise.resolve();
   }
 
   async function loadTypes() {
@@ -509,6 +542,32 @@ export function renderProcessing(app) {
   loadTasks();
   loadPipelines();
   return off;
+}
+
+/** "Showing n … [load more]" under a list; the button shows while the API has a next page. */
+function loadMoreFooter(list, loadMore) {
+  const count = h("span", { class: "muted small" });
+  const button = h(
+    "button",
+    { type: "button", class: "btn btn-sm", dataset: { loadMore: list } },
+    t("list.load_more"),
+  );
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    try {
+      await loadMore();
+    } finally {
+      button.disabled = false;
+    }
+  });
+  const el = h("div", { class: "list-more", dataset: { list }, hidden: true }, count, button);
+  return {
+    el,
+    update(shown, cursor) {
+      el.hidden = !cursor;
+      count.textContent = t(`${list === "tasks" ? "queue" : "pipelines"}.shown`, { n: shown });
+    },
+  };
 }
 
 function nodeCard(node) {
