@@ -282,7 +282,7 @@ class SchedulingConfig(sections.Section):
     quarantine_cooldown_sec: sections.PositiveFloat = 60.0
     #: how many ready tasks a node may claim beyond its free slots (short tasks: one
     #: transaction carries many); 0 claims only for free slots
-    claim_ahead: Annotated[int, sections.between(0, 1024)] = 128
+    claim_ahead: Annotated[int, sections.between(0, 4096)] = 512
     #: a task claimed ahead that has not started within this many seconds goes back to the
     #: queue for any node; the node claims ahead only what it expects to start sooner
     claim_ahead_window_sec: sections.PositiveFloat = 1.0

@@ -220,7 +220,7 @@ scheduling:
   # Short tasks: claim up to this many beyond the free slots, so one transaction carries many
   # (0 = claim only for free slots). Only what is expected to start within the window is taken;
   # a task claimed ahead that has not started by then goes back for any node.
-  claim_ahead: 128
+  claim_ahead: 512
   claim_ahead_window_sec: 1.0
   load_penalty:
     enabled: true

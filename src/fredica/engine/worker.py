@@ -25,6 +25,7 @@ from fredica.domain.clock import Clock, SystemClock
 from fredica.domain.models import ErrorType, TaskStatus
 from fredica.engine.backends import BackendChoice, BackendSelector
 from fredica.engine.registry import Registry
+from fredica.engine.wakeups import CoalescedCall
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
 from fredica.executors.control import TaskControl
@@ -64,7 +65,7 @@ class EngineSettings:
     shutdown_grace: float = 30.0
     quarantine_after_failures: int = 3  # 0: never quarantine
     quarantine_cooldown: float = 60.0
-    claim_ahead: int = 128  # tasks claimed beyond the free slots (0: only for free slots)
+    claim_ahead: int = 512  # tasks claimed beyond the free slots (0: only for free slots)
     claim_ahead_window: float = 1.0  # a task claimed ahead starts within this, or goes back
     start_record_delay: float = 0.02  # a start is written once the task ran this long
 
@@ -142,6 +143,7 @@ class WorkerEngine:
         )
         self._last_heartbeat = time.monotonic()
         self._reserved = 0  # slots promised to claims in flight (poll and commit loops)
+        self._store_wake = CoalescedCall(self._wake.set)
 
     @property
     def node_id(self) -> str:
@@ -200,7 +202,7 @@ class WorkerEngine:
     def _on_store_signal(self, signal: Signal) -> None:
         # called on the store's thread, possibly for a commit made by another node
         if signal is Signal.READY and self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._wake.set)
+            self._store_wake.schedule(self._loop)
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop claiming; let running work finish within `grace`, then release the rest back to

@@ -26,6 +26,7 @@ from fredica.domain.clock import Clock, SystemClock
 from fredica.domain.models import ShutdownType
 from fredica.engine.backends import BackendSelector
 from fredica.engine.registry import Registry
+from fredica.engine.wakeups import CoalescedCall
 from fredica.engine.worker import EngineSettings, WorkerEngine
 from fredica.executors import network_test
 from fredica.node import cluster, quality, recovery
@@ -118,6 +119,7 @@ class Node:
         self._store = store
         store.set_hooks(registry.spawn_hook)
         self.changes = ChangeFeed()
+        self._changed_call = CoalescedCall(lambda: self.changes.notify(""))
         self.engine = WorkerEngine(
             store,
             self.registry,
@@ -244,7 +246,7 @@ class Node:
 
     def _on_store_signal(self, signal: Signal) -> None:
         if signal is Signal.CHANGED and self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self.changes.notify, "")
+            self._changed_call.schedule(self._loop)
 
     def _capability_rows(self) -> list[dict[str, Any]]:
         selector = self.engine.selector
