@@ -262,7 +262,12 @@ async def test_network_test_route_measures_real_latency(api) -> None:
         r = await client.post(
             "/api/v1/NetworkTestRoute",
             json={
-                "urls": [f"{base}/", f"http://127.0.0.1:{closed_port()}/", f"{base}/slow?ms=1500"],
+                "urls": [
+                    f"{base}/",
+                    f"http://127.0.0.1:{closed_port()}/",
+                    f"{base}/slow?ms=1500",
+                    f"{base}/status/404",
+                ],
                 "timeout_ms": 500,
             },
         )
@@ -278,10 +283,13 @@ async def test_network_test_route_measures_real_latency(api) -> None:
                 break
             await asyncio.sleep(0.05)
     assert rows[0]["id"] == ids["task_id"]
-    ok, refused, slow = rows[0]["result"]["results"]
+    ok, refused, slow, missing = rows[0]["result"]["results"]
     assert ok["status"] == "ok" and isinstance(ok["latency_ms"], int) and ok["latency_ms"] < 500
     assert refused["status"] == "error" and refused["latency_ms"] is None and refused["error"]
     assert slow["status"] == "timeout" and slow["error"] == "timeout (>500ms)"
+    # an HTTP error answer is not "ok": the server refused, though its latency is measured
+    assert missing["status"] == "error" and missing["error"] == "HTTP 404 Not Found"
+    assert missing["http_status"] == 404 and isinstance(missing["latency_ms"], int)
 
 
 async def test_network_test_route_rejects_bad_bodies(api) -> None:

@@ -29,14 +29,18 @@ from fredica.cli import remote
 
 
 class _Handler(BaseHTTPRequestHandler):
-    """`/` answers at once; `/slow?ms=N` answers after N milliseconds."""
+    """`/` answers at once; `/slow?ms=N` answers after N milliseconds; `/status/N` answers
+    with HTTP status N."""
 
     def do_GET(self) -> None:
         query = parse_qs(urlparse(self.path).query)
         if self.path.startswith("/slow"):
             time.sleep(min(int(query.get("ms", ["500"])[0]), 30_000) / 1000)
+        code = 200
+        if self.path.startswith("/status/") and self.path[8:].isdigit():
+            code = min(max(int(self.path[8:]), 200), 599)
         body = b"fredica demo\n"
-        self.send_response(200)
+        self.send_response(code)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

@@ -428,7 +428,8 @@ def network_test_cmd(
 
 
 def _network_status(row: dict[str, Any]) -> Text:
-    """ok only for a 2xx/3xx answer; an HTTP 4xx/5xx answer is an error like a timeout."""
+    """ok only for a 2xx/3xx answer; an HTTP 4xx/5xx answer is an error like a timeout (the
+    executor says so; results recorded before it did are read the same way)."""
     http_status = row.get("http_status")
     if row["status"] == "ok" and isinstance(http_status, int) and http_status >= 400:
         return Text(f"error (HTTP {http_status})", style="red")

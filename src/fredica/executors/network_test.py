@@ -43,7 +43,10 @@ def validate_payload(payload: dict[str, Any]) -> tuple[list[str], int]:
 
 
 async def measure(client: httpx.AsyncClient, url: str, timeout_ms: int) -> dict[str, Any]:
-    """One URL's result row: {url, latency_ms, status: ok|timeout|error[, error, http_status]}."""
+    """One URL's result row: {url, latency_ms, status: ok|timeout|error[, error, http_status]}.
+
+    `ok` means the server answered with a success or a redirect; an HTTP error (4xx, 5xx) is
+    `error` with the status in `error`, and keeps the measured latency."""
     started = time.perf_counter()
     try:
         response = await client.get(url, timeout=timeout_ms / 1000)
@@ -62,7 +65,12 @@ async def measure(client: httpx.AsyncClient, url: str, timeout_ms: int) -> dict[
             "error": f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__,
         }
     latency = round((time.perf_counter() - started) * 1000)
-    return {"url": url, "latency_ms": latency, "status": "ok", "http_status": response.status_code}
+    row = {"url": url, "latency_ms": latency, "status": "ok", "http_status": response.status_code}
+    if response.status_code >= 400:
+        # the server answered (the latency is real) but refused the request
+        row["status"] = "error"
+        row["error"] = f"HTTP {response.status_code} {response.reason_phrase}".strip()
+    return row
 
 
 class NetworkTestExecutor(TaskExecutor):

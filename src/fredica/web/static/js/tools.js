@@ -164,7 +164,7 @@ export function renderTools(app) {
             {},
             h("span", { class: `badge nt-${row.status}` }, label),
             row.error ? h("span", { class: "muted small" }, ` ${row.error}`) : null,
-            row.http_status
+            row.http_status && !row.error
               ? h("span", { class: "muted small" }, ` HTTP ${row.http_status}`)
               : null,
           ),
