@@ -127,53 +127,7 @@ def dumps(value: Any) -> str:
 
 
 def row_to_task(row: Row) -> Task:
-    return Task(
-        id=row["id"],
-        type=row["type"],
-        pipeline_id=row["pipeline_id"],
-        material_id=row["material_id"],
-        status=_STATUS[row["status"]],
-        priority=row["priority"],
-        depends_on=json_loads(row["depends_on"]),
-        payload=json_loads(row["payload"]),
-        result=loads_opt(row["result"]),
-        error=row["error"],
-        error_type=row["error_type"],
-        cache_policy=_CACHE[row["cache_policy"]],
-        cloud_preference=_CLOUD[row["cloud_preference"]],
-        publisher_id=row["publisher_id"],
-        idempotency_key=row["idempotency_key"],
-        excluded_nodes=json_loads(row["excluded_nodes"]),
-        retry_count=row["retry_count"],
-        max_retries=row["max_retries"],
-        retry_after=row["retry_after"],
-        created_by=row["created_by"],
-        owner_id=row["owner_id"],
-        owner_epoch=row["owner_epoch"],
-        claimed_by=row["claimed_by"],
-        original_claimed_by=row["original_claimed_by"],
-        file_node_id=row["file_node_id"],
-        affinity=Affinity.from_columns(row["affinity_kind"], row["affinity_node_id"])
-        if row["affinity_kind"] is not None
-        else None,
-        result_acked_at=row["result_acked_at"],
-        progress=row["progress"],
-        progress_note=row["progress_note"],
-        is_paused=bool(row["is_paused"]),
-        is_pausable=bool(row["is_pausable"]),
-        attempt=row["attempt"],
-        cancel_requested=bool(row["cancel_requested"]),
-        backend=row["backend"],
-        change_seq=row["change_seq"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        claimed_at=row["claimed_at"],
-        started_at=row["started_at"],
-        completed_at=row["completed_at"],
-        heartbeat_at=row["heartbeat_at"],
-        stale_at=row["stale_at"],
-        reclaimed_at=row["reclaimed_at"],
-    )
+    return task_from_values([row[name] for name in TASK_FIELDS])
 
 
 def task_from_values(v: Sequence[Any]) -> Task:
