@@ -431,7 +431,7 @@ def _network_status(row: dict[str, Any]) -> Text:
     """ok only for a 2xx/3xx answer; an HTTP 4xx/5xx answer is an error like a timeout (the
     executor says so; results recorded before it did are read the same way)."""
     http_status = row.get("http_status")
-    if row["status"] == "ok" and isinstance(http_status, int) and http_status >= 400:
+    if isinstance(http_status, int) and http_status >= 400:
         return Text(f"error (HTTP {http_status})", style="red")
     if row["status"] == "ok":
         suffix = f" (HTTP {http_status})" if http_status else ""
