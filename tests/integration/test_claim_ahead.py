@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fredica.domain.models import TaskStatus
+from fredica.domain.models import NewPipeline, NewTask, TaskStatus
 from fredica.node import compose
 from fredica.node.service import DB_FILENAME, Node
 
@@ -135,3 +135,34 @@ async def test_a_stopping_node_hands_back_what_it_claimed_ahead(tmp_path: Path) 
     statuses = dict(rows)
     assert set(statuses) <= {"pending", "completed"}, statuses
     assert statuses.get("pending", 0) > 0
+
+
+async def test_a_cancel_that_comes_before_the_claim_result_is_not_lost(tmp_path: Path) -> None:
+    n = node_with(tmp_path)
+    await n.start()
+    try:
+        log = tmp_path / "log"
+        # Given a cancel for a task that is not on this engine yet (its claim is in flight)
+        assert n.engine.signal_cancel("late", "cancelled by user") is False
+        # When the claim brings it
+        await n._store.create_pipeline(
+            NewPipeline(
+                template="custom",
+                material_id="m-late",
+                tasks=(NewTask(type="TEST_EFFECT", id="late", payload={"effect_log": str(log)}),),
+            )
+        )
+        # Then it ends cancelled without having started
+        task = await wait_for(
+            lambda: _terminal(n, "late"),
+            timeout=10,
+        )
+        assert task.status is S.CANCELLED
+        assert not log.exists() or "late" not in log.read_text()
+    finally:
+        await n.stop(grace=2)
+
+
+async def _terminal(n: Node, task_id: str) -> Any:
+    task = await n.get_task(task_id)
+    return task if task.status.is_terminal else None

@@ -45,6 +45,9 @@ from fredica.store.base import (
 
 logger = logging.getLogger(__name__)
 
+EARLY_CANCEL_TTL = 60.0  # seconds a cancel for a task not (yet) here is remembered
+EARLY_CANCELS_KEPT = 1000  # entries before the expired ones are dropped
+
 
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
@@ -144,6 +147,9 @@ class WorkerEngine:
         self._last_heartbeat = time.monotonic()
         self._reserved = 0  # slots promised to claims in flight (poll and commit loops)
         self._store_wake = CoalescedCall(self._wake.set)
+        #: cancels for tasks not (yet) here: a claim in flight when the cancel was committed
+        #: brings the task a moment later, and it must not start as if nothing happened
+        self._early_cancels: dict[str, tuple[str, float]] = {}
 
     @property
     def node_id(self) -> str:
@@ -256,9 +262,25 @@ class WorkerEngine:
             return True
         running = self._running.get(task_id)
         if running is None:
+            self._remember_cancel(task_id, reason)
             return False
         running.control.cancel(reason)
         return True
+
+    def _remember_cancel(self, task_id: str, reason: str) -> None:
+        now = time.monotonic()
+        if len(self._early_cancels) >= EARLY_CANCELS_KEPT:
+            self._early_cancels = {
+                k: v for k, v in self._early_cancels.items() if now - v[1] < EARLY_CANCEL_TTL
+            }
+        self._early_cancels[task_id] = (reason, now)
+
+    def _early_cancel(self, task_id: str) -> str | None:
+        """The reason of a cancel that came before this task reached the engine, if any."""
+        entry = self._early_cancels.pop(task_id, None) if self._early_cancels else None
+        if entry is None or time.monotonic() - entry[1] > EARLY_CANCEL_TTL:
+            return None
+        return entry[0]
 
     async def pause(self, task_id: str) -> models.Task:
         running = self._require_running(task_id)
@@ -366,6 +388,10 @@ class WorkerEngine:
             return
         now = time.monotonic()
         for task in claimed:
+            reason = self._early_cancel(task.id)
+            if reason is not None:  # cancelled while the claim was in flight: it never starts
+                self._background_call(self._cancel_queued(task, reason))
+                continue
             self._queued[task.id] = _Queued(task, now)
         self.stats["claimed"] += len(claimed)
         self._start_queued()

@@ -375,8 +375,9 @@ class Node:
                 continue
             if not self.engine.signal_cancel(outcome.task_id):
                 logger.warning(
-                    "task %s is marked running here but has no live execution; the liveness "
-                    "monitor will reclaim it",
+                    "task %s is marked running here but is not executing yet (a claim in "
+                    "flight?): it is cancelled as it arrives, else the liveness monitor "
+                    "reclaims it",
                     outcome.task_id,
                     extra={"action": "cancel_orphan"},
                 )
