@@ -51,6 +51,7 @@ DIALECT = Dialect(
     insertion_order="ord",
     driver_errors=(psycopg.Error,),
     key_lock="SELECT pg_advisory_xact_lock(hashtext(?)) AS locked",
+    numbers_task_ord=True,
     tuples=lambda conn, sql, params: cast(_PgConn, conn).tuples(sql, params),
     union_arm_limits=True,
 )

@@ -64,9 +64,9 @@ class Dialect:
     #: a statement taking a transaction-long lock on a key (`?`), where writers run in
     #: parallel; "" where the whole database is locked for each write anyway
     key_lock: str = ""
-    #: the SQL value of a new task's `ord` (insertion order), or None where the database
-    #: assigns it itself
-    new_task_ord: str | None = None
+    #: the database numbers a new task's `ord` (insertion order) itself (an identity column);
+    #: else the store numbers it
+    numbers_task_ord: bool = False
     #: read many rows in one database step: `SELECT json_group_array(json_array(cols))` over
     #: the query (SQLite: every step of a multi-row read lets another thread take the
     #: interpreter lock); only for columns without floating point values (JSON keeps 15 digits)

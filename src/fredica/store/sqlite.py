@@ -33,7 +33,6 @@ DIALECT = Dialect(
     claim_hint="INDEXED BY task_ready",
     insertion_order="rowid",
     driver_errors=(sqlite3.Error,),
-    new_task_ord="(SELECT COALESCE(MAX(ord), 0) + 1 FROM task)",
     one_step_rows=True,
     tuples=lambda conn, sql, params: _tuples(cast(sqlite3.Connection, conn), sql, params),
     # SQLite has no statistics unless ANALYZE ran: without them it may walk the type index for

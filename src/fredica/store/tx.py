@@ -53,15 +53,6 @@ _INSERT_EVENT = (
 )
 
 
-def insert_task_sql(dialect: Dialect) -> str:
-    if dialect.new_task_ord is None:
-        return f"INSERT INTO task ({_TASK_INSERT_COLUMNS}) VALUES ({_TASK_INSERT_VALUES})"
-    return (
-        f"INSERT INTO task ({_TASK_INSERT_COLUMNS}, ord) "
-        f"VALUES ({_TASK_INSERT_VALUES}, {dialect.new_task_ord})"
-    )
-
-
 class Tx:
     """One write transaction: change sequence, events, counters, cascades."""
 
@@ -160,14 +151,6 @@ class Tx:
             "INSERT INTO task_event (task_id, task_ord, node_id, event_type, message, occurred_at)",
             "(?, ?, ?, ?, ?, ?)",
             [(t, o, self.node_id, kind, msg, at or self.now) for t, o, kind, msg, at in events],
-        )
-        self.events_written += len(events)
-
-    def events(self, events: Sequence[tuple[str, str, str | None, float | None]]) -> None:
-        """Write `(task_id, event_type, message, at)` events in one driver call."""
-        self.qmany(
-            _INSERT_EVENT,
-            [(t, t, self.node_id, kind, msg, at or self.now) for t, kind, msg, at in events],
         )
         self.events_written += len(events)
 
@@ -406,32 +389,35 @@ class Tx:
         if not specs:
             return []
         ids = [spec.id or str(uuid.uuid4()) for spec in specs]
-        rows = [
-            self._task_values(i, s, pipeline_id, material_id, owner, [], 0)
-            for i, s in zip(ids, specs, strict=True)
-        ]
-        if self.dialect.new_task_ord is None:  # the database numbers them
-            self.values(
-                f"INSERT INTO task ({_TASK_INSERT_COLUMNS})", f"({_TASK_INSERT_VALUES})", rows
-            )
-            ords = {
-                r[0]: r[1]
-                for r in self.tuples(
-                    f"SELECT id, ord FROM task WHERE id IN ({','.join('?' for _ in ids)})", ids
-                )
-            }
-        else:
-            base = self.tuples("SELECT COALESCE(MAX(ord), 0) FROM task")[0][0]
-            ords = {task_id: base + 1 + n for n, task_id in enumerate(ids)}
-            self.values(
-                f"INSERT INTO task ({_TASK_INSERT_COLUMNS}, ord)",
-                f"({_TASK_INSERT_VALUES}, ?)",
-                [(*r, ords[r[0]]) for r in rows],
-            )
+        ords = self._insert_rows(
+            [
+                self._task_values(i, s, pipeline_id, material_id, owner, [], 0)
+                for i, s in zip(ids, specs, strict=True)
+            ]
+        )
         self.events_of([(task_id, ords[task_id], "created", None, None) for task_id in ids])
         self.bump(pipeline_id, None, S.PENDING, len(ids))
         self.ready = True
         return [(task_id, True) for task_id in ids]
+
+    def _insert_rows(self, rows: Sequence[tuple[Any, ...]]) -> dict[str, int]:
+        """Insert task rows (values of `_TASK_INSERT_COLUMNS`, id first); returns each task's
+        insertion order (`ord`), numbered by the database where it numbers them."""
+        ids = [r[0] for r in rows]
+        if self.dialect.numbers_task_ord:
+            self.values(
+                f"INSERT INTO task ({_TASK_INSERT_COLUMNS})", f"({_TASK_INSERT_VALUES})", rows
+            )
+            marks = ",".join("?" for _ in ids)
+            return dict(self.tuples(f"SELECT id, ord FROM task WHERE id IN ({marks})", ids))
+        base = self.tuples("SELECT COALESCE(MAX(ord), 0) FROM task")[0][0]
+        ords = {task_id: base + 1 + n for n, task_id in enumerate(ids)}
+        self.values(
+            f"INSERT INTO task ({_TASK_INSERT_COLUMNS}, ord)",
+            f"({_TASK_INSERT_VALUES}, ?)",
+            [(*r, ords[r[0]]) for r in rows],
+        )
+        return ords
 
     def _task_values(
         self,
@@ -500,9 +486,8 @@ class Tx:
                 unmet += 1
             if pstatus in (S.FAILED, S.CANCELLED):
                 dead_parent = parent
-        self.q(
-            insert_task_sql(self.dialect),
-            self._task_values(task_id, spec, pipeline_id, material_id, owner, parents, unmet),
+        ords = self._insert_rows(
+            [self._task_values(task_id, spec, pipeline_id, material_id, owner, parents, unmet)]
         )
         if parents:
             self.q(
@@ -510,7 +495,7 @@ class Tx:
                 + ",".join("(?, ?)" for _ in parents),
                 [v for p in parents for v in (p, task_id)],
             )
-        self.event(task_id, "created")
+        self.events_of([(task_id, ords[task_id], "created", None, None)])
         self.bump(pipeline_id, None, S.PENDING)
         if unmet == 0:
             self.ready = True
