@@ -23,6 +23,8 @@ from fredica.domain.clock import Clock
 logger = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "fredica_tok_"
+#: the header that carries `cluster.cluster_secret` between nodes (never a publisher token)
+CLUSTER_SECRET_HEADER = "X-Cluster-Secret"
 
 
 class Unauthorized(errors.FredicaError):
@@ -94,6 +96,19 @@ class Authenticator:
                         raise Unauthorized(f"token {entry.id} expired at {expires.isoformat()}")
                 return Publisher(entry.id, entry.name, entry.permissions)
         raise Unauthorized("unknown token")
+
+
+def check_cluster_secret(configured: str, given: str | None) -> None:
+    """Peers prove they belong to the cluster with the shared secret (seed 001 §12.1),
+    compared in constant time. No secret configured: the node takes no peer requests at all."""
+    if not configured:
+        raise Unauthorized(
+            "this node has no cluster.cluster_secret: it does not accept cluster requests"
+        )
+    if not given:
+        raise Unauthorized(f"cluster requests need the {CLUSTER_SECRET_HEADER} header")
+    if not hmac.compare_digest(configured.encode(), given.encode()):
+        raise Unauthorized(f"wrong {CLUSTER_SECRET_HEADER}")
 
 
 def check_create(

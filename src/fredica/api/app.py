@@ -26,11 +26,15 @@ from fredica import __version__, auth
 from fredica.api import deps, errors, routes_node, routes_pipelines, routes_tasks
 from fredica.node.service import Node
 
+logger = logging.getLogger(__name__)
+
 #: paths that token mode guards; health, metrics and the static UI stay open
-GUARDED_PREFIXES = ("/api/v1", "/files/")
+GUARDED_PREFIXES = ("/api/v1", "/files/results/")
+#: paths only peers may use: guarded by the cluster secret, never by a publisher token
+CLUSTER_PREFIXES = ("/cluster/", "/files/serve")
 #: where a browser cannot send a header (EventSource, a download link): `?token=` is accepted
 #: there, for GET only, and nowhere else
-QUERY_TOKEN_PATHS = ("/api/v1/events", "/files/")
+QUERY_TOKEN_PATHS = ("/api/v1/events", "/files/results/")
 #: requests whose bodies are limited to `api.max_body_bytes`
 LIMITED_PREFIXES = ("/api/", "/cluster/")
 API_ROUTERS = (routes_node.router, routes_pipelines.router, routes_tasks.router)
@@ -77,6 +81,22 @@ async def require_token(
     request.state.publisher = None
     node = deps.get_node(request)
     path = request.url.path
+    if path.startswith(CLUSTER_PREFIXES):
+        try:
+            auth.check_cluster_secret(
+                node.cluster_secret, request.headers.get(auth.CLUSTER_SECRET_HEADER)
+            )
+        except auth.Unauthorized as exc:
+            logger.warning(
+                "refused %s %s from %s: %s",
+                request.method,
+                path,
+                request.client.host if request.client else "?",
+                exc,
+                extra={"action": "cluster_auth"},
+            )
+            return errors.answer(exc)
+        return await call_next(request)
     if path.startswith(GUARDED_PREFIXES) and node.auth.enabled:
         query_ok = request.method == "GET" and path.startswith(QUERY_TOKEN_PATHS)
         try:

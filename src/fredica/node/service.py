@@ -226,6 +226,12 @@ class Node:
         )
 
     @property
+    def cluster_secret(self) -> str:
+        """`cluster.cluster_secret` ("" when unset: the node answers no peer requests)."""
+        cfg = self.settings.config
+        return cfg.cluster.cluster_secret if cfg is not None else ""
+
+    @property
     def address(self) -> str:
         return f"http://{self.settings.host}:{self.settings.port}"
 
