@@ -27,12 +27,8 @@ TOKEN_PREFIX = "fredica_tok_"
 CLUSTER_SECRET_HEADER = "X-Cluster-Secret"
 
 
-class Unauthorized(errors.FredicaError):
-    """A valid token is required (Authorization: Bearer <token>)."""
-
-
-class Forbidden(errors.FredicaError):
-    """The token does not allow this."""
+Unauthorized = errors.Unauthorized
+Forbidden = errors.Forbidden
 
 
 @dataclass(frozen=True)

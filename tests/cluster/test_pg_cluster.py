@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from fredica.cli.demo import free_port
-from tests.e2e.conftest import ServedNode
+from tests.e2e.conftest import ServedNode, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -37,16 +37,6 @@ store:
 """
 
 TASKS = 1000
-
-
-def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,17 @@ scheduling:
 plugins:
   - fredica_testplugin
 """
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll `check` until it returns something true (returned), or fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 @dataclass

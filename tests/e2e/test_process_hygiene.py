@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +18,9 @@ import pytest
 
 from fredica.cli.demo import free_port
 
-from .conftest import FAST_CONFIG, ServedNode
+from .conftest import FAST_CONFIG, ServedNode, wait_until
 
 pytestmark = pytest.mark.slow
-
-
-def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 def alive(pid: int) -> bool:

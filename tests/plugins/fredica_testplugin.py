@@ -113,6 +113,14 @@ class BurnExecutor(TaskExecutor):
         return ExecuteResult({"counter": counter.read_text()})
 
 
+class AnalyzeEffectExecutor(EffectExecutor):
+    """`TEST_EFFECT` that needs the AI_ANALYZE capability: a node with
+    `capabilities.ai_analyze.enabled: false` cannot claim it (cluster tests)."""
+
+    task_type = "TEST_EFFECT_AI"
+    capability = "AI_ANALYZE"
+
+
 class TreeExecutor(TaskExecutor):
     """Runs a shell whose background child outlives it unless its process group is killed: the
     shell writes the child's pid to `pidfile`, then waits for it."""
@@ -302,6 +310,7 @@ def register(registry: Registry) -> None:
     for executor in (
         SleepExecutor(),
         EffectExecutor(),
+        AnalyzeEffectExecutor(),
         TreeExecutor(),
         ToolExecutor(),
         BurnExecutor(),

@@ -32,6 +32,7 @@ LAYERS = (
     "engine",
     "pipelines",
     "executors",
+    "cluster",
     "config",
     "capabilities",
     "store",

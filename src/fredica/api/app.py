@@ -23,7 +23,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fredica import __version__, auth
-from fredica.api import deps, errors, routes_node, routes_pipelines, routes_tasks
+from fredica.api import (
+    deps,
+    errors,
+    routes_cluster,
+    routes_node,
+    routes_pipelines,
+    routes_tasks,
+)
 from fredica.node.service import Node
 
 logger = logging.getLogger(__name__)
@@ -37,7 +44,12 @@ CLUSTER_PREFIXES = ("/cluster/", "/files/serve")
 QUERY_TOKEN_PATHS = ("/api/v1/events", "/files/results/")
 #: requests whose bodies are limited to `api.max_body_bytes`
 LIMITED_PREFIXES = ("/api/", "/cluster/")
-API_ROUTERS = (routes_node.router, routes_pipelines.router, routes_tasks.router)
+API_ROUTERS = (
+    routes_node.router,
+    routes_pipelines.router,
+    routes_tasks.router,
+    routes_cluster.router,
+)
 
 
 def create_app(

@@ -32,75 +32,44 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from types import MappingProxyType
-from typing import Any, NamedTuple, NoReturn
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from fredica import auth
 from fredica.domain import errors
-
-logger = logging.getLogger(__name__)
-
-MALFORMED = "malformed_request"
-INVALID = "invalid_request"
-STORE_BUSY_RETRY_SEC = 1  # seconds; the store already retried for its busy timeout
-BACKEND_BUSY_RETRY_SEC = 5  # seconds; a backend slot frees when one of its tasks ends
-
-
-NO_HEADERS: Mapping[str, str] = MappingProxyType({})
-
-
-class Row(NamedTuple):
-    error: type[errors.FredicaError]
-    status: int
-    code: str
-    headers: Mapping[str, str] = NO_HEADERS
-
-
-TABLE: tuple[Row, ...] = (
-    Row(errors.StoreBusy, 503, "store_busy", {"Retry-After": str(STORE_BUSY_RETRY_SEC)}),
-    Row(errors.StoreFull, 507, "disk_full"),
-    Row(errors.StoreError, 503, "store_unavailable"),
-    Row(errors.BackendBusy, 503, "backend_busy", {"Retry-After": str(BACKEND_BUSY_RETRY_SEC)}),
-    Row(errors.NotFound, 404, "not_found"),
-    Row(errors.IllegalTransition, 409, "illegal_transition"),
-    Row(errors.StaleAttempt, 409, "stale_attempt"),
-    Row(errors.Conflict, 409, "conflict"),
-    Row(errors.InvalidRequest, 422, INVALID),
-    Row(auth.Unauthorized, 401, "unauthorized", {"WWW-Authenticate": "Bearer"}),
-    Row(auth.Forbidden, 403, "forbidden"),
-    Row(errors.ConfigError, 500, "config_invalid"),
+from fredica.domain.error_table import (
+    BACKEND_BUSY_RETRY_SEC,
+    INVALID,
+    MALFORMED,
+    NO_HEADERS,
+    STORE_BUSY_RETRY_SEC,
+    TABLE,
+    Row,
+    error_class,
+    raise_for,
+    row_for,
 )
 
+__all__ = [
+    "BACKEND_BUSY_RETRY_SEC",
+    "INVALID",
+    "MALFORMED",
+    "NO_HEADERS",
+    "STORE_BUSY_RETRY_SEC",
+    "TABLE",
+    "Row",
+    "answer",
+    "error_class",
+    "install",
+    "raise_for",
+    "respond",
+    "row_for",
+    "validation_answer",
+]
 
-def row_for(exc: errors.FredicaError) -> Row | None:
-    """The table row answering `exc` (None: not an HTTP error, a plain 500)."""
-    return next((row for row in TABLE if isinstance(exc, row.error)), None)
-
-
-def error_class(status: int, code: str) -> type[errors.FredicaError]:
-    """The exception class an answer of `status` with `code` stands for.
-
-    An unknown code (a newer node) falls back to the first row of the same status, then to
-    `InvalidRequest` for any other 4xx and `FredicaError` for the rest.
-    """
-    for row in TABLE:
-        if row.code == code:
-            return row.error
-    if code == MALFORMED:
-        return errors.InvalidRequest
-    for row in TABLE:
-        if row.status == status:
-            return row.error
-    return errors.InvalidRequest if 400 <= status < 500 else errors.FredicaError
-
-
-def raise_for(status: int, code: str, message: str) -> NoReturn:
-    """Raise again what another node answered (the remote client's side of the table)."""
-    raise error_class(status, code)(message)
+logger = logging.getLogger(__name__)
 
 
 def respond(

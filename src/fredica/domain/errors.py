@@ -60,6 +60,14 @@ class StoreFull(StoreError):
     """The disk holding the task store is full; free some space."""
 
 
+class Unauthorized(FredicaError):
+    """A valid token is required (Authorization: Bearer <token>)."""
+
+
+class Forbidden(FredicaError):
+    """The token does not allow this."""
+
+
 class DataDirInUse(FredicaError):
     """Another fredica node is using this data dir."""
 

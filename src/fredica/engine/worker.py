@@ -40,7 +40,7 @@ from fredica.store.base import (
     RecoveryReport,
     Signal,
     StartItem,
-    TaskStore,
+    WorkStore,
 )
 
 logger = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class WorkerEngine:
 
     def __init__(
         self,
-        store: TaskStore,
+        store: WorkStore,
         registry: Registry,
         settings: EngineSettings,
         clock: Clock | None = None,

@@ -14,12 +14,15 @@ import dataclasses
 import json
 import logging
 import socket
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fredica import auth
 from fredica.capabilities import catalog, task_types
+from fredica.cluster.membership import Membership
+from fredica.cluster.router import OwnerRouter
 from fredica.config import schema as config
 from fredica.domain import errors, models
 from fredica.domain.clock import Clock, SystemClock
@@ -31,6 +34,7 @@ from fredica.engine.worker import EngineSettings, WorkerEngine
 from fredica.executors import network_test
 from fredica.node import cluster, quality, recovery
 from fredica.node.lock import DataDirLock
+from fredica.node.peers import PeerDesk
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
 from fredica.pipelines.templates import BuildContext
 from fredica.store.base import (
@@ -42,6 +46,7 @@ from fredica.store.base import (
     RestartLogEntry,
     Signal,
     TaskStore,
+    WorkStore,
 )
 
 logger = logging.getLogger(__name__)
@@ -120,14 +125,35 @@ class Node:
         store.set_hooks(registry.spawn_hook)
         self.changes = ChangeFeed()
         self._changed_call = CoalescedCall(lambda: self.changes.notify(""))
+        cfg = settings.config or config.parse_config({}, "defaults")
+        #: the home cluster (a secret and no shared database): peers claim each other's work
+        self.membership: Membership | None = None
+        work_store: WorkStore = store
+        if cfg.cluster.cluster_secret and not settings.store_url:
+            self.membership = Membership(
+                settings.node_id,
+                self.address,
+                cfg.cluster.cluster_secret,
+                list(cfg.cluster.seeds),
+                settings.engine_settings().heartbeat_interval,
+                store.upsert_node,
+            )
+            work_store = OwnerRouter(store, self.membership, self.peer_info)
+        self._wake_peers = CoalescedCall(self._push_wake)
         self.engine = WorkerEngine(
-            store,
+            work_store,
             self.registry,
             settings.engine_settings(),
             self.clock,
             on_change=self.changes.notify,
         )
-        cfg = settings.config or config.parse_config({}, "defaults")
+        self.peers = PeerDesk(
+            store,
+            self.engine,
+            self.peer_info,
+            self.changes.notify,
+            self.membership.add if self.membership is not None else None,
+        )
         self.auth = auth.Authenticator(cfg.auth, self.clock, settings.config_path)
         self.previous_shutdown: ShutdownType = ShutdownType.FIRST_START
         self.recovery: RecoveryReport | None = None
@@ -136,6 +162,7 @@ class Node:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._presence: asyncio.Task[None] | None = None
         self._lock = DataDirLock(settings.data_dir)
+        self._background: set[asyncio.Future[Any]] = set()
 
     @property
     def node_id(self) -> str:
@@ -174,6 +201,8 @@ class Node:
         await self.register_self()
         self.started_at = now
         self._presence = asyncio.create_task(self._presence_loop(), name="fredica-presence")
+        if self.membership is not None:
+            self.membership.start()
         logger.info(
             "node %s started (previous shutdown %s)",
             self.node_id,
@@ -251,8 +280,44 @@ class Node:
                 logger.warning("presence not recorded: %s", exc, extra={"action": "presence"})
 
     def _on_store_signal(self, signal: Signal) -> None:
-        if signal is Signal.CHANGED and self._loop is not None and not self._loop.is_closed():
+        if self._loop is None or self._loop.is_closed():
+            return
+        if signal is Signal.CHANGED:
             self._changed_call.schedule(self._loop)
+        elif signal is Signal.READY and self.membership is not None:
+            self._wake_peers.schedule(self._loop)
+
+    def _push_wake(self) -> None:
+        """New ready work: the peers may claim it now rather than at their next poll."""
+        if self.membership is not None and self.membership.owners():
+            self._background_call(self.membership.wake_peers())
+
+    def _background_call(self, coro: Coroutine[Any, Any, None]) -> None:
+        future = asyncio.ensure_future(coro)
+        self._background.add(future)
+        future.add_done_callback(self._background.discard)
+
+    async def _forward_quietly(self, claimer: str, task_id: str) -> None:
+        try:
+            await self._forward(claimer, task_id, "cancel")
+        except errors.FredicaError as exc:
+            logger.info("cancel of %s not forwarded: %s", task_id, exc)
+
+    def peer_info(self) -> dict[str, Any]:
+        """What this node tells its peers about itself (`/cluster/info`, heartbeats)."""
+        engine = self.settings.engine_settings()
+        running = self.engine.running_count
+        return {
+            "node_id": self.node_id,
+            "hostname": self.settings.hostname,
+            "address": self.address,
+            "status": "quarantined" if self.engine.quarantine.active else "online",
+            "max_workers": engine.max_workers,
+            "running": running,
+            "free_slots": max(0, engine.max_workers - running),
+            "task_types": sorted(self.engine.claimable_types()),
+            "capabilities": self._capability_rows(),
+        }
 
     def _capability_rows(self) -> list[dict[str, Any]]:
         selector = self.engine.selector
@@ -282,6 +347,8 @@ class Node:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._presence
         await self.engine.stop(grace)
+        if self.membership is not None:
+            await self.membership.stop()
         await self.register_self("offline")
         await self._store.set_config(KEY_LAST_SHUTDOWN, ShutdownType.CLEAN.value)
         await self._store.close()
@@ -360,10 +427,8 @@ class Node:
                     f"task {task_id} is {task.status.value}; only running tasks can {action}"
                 )
             if task.claimed_by != self.node_id:
-                raise errors.IllegalTransition(
-                    f"task {task_id} runs on node {task.claimed_by}, not on this node"
-                )
-            if action == "pause":
+                await self._forward(task.claimed_by, task_id, action)
+            elif action == "pause":
                 await self.engine.pause(task_id)
             else:
                 await self.engine.resume(task_id)
@@ -375,9 +440,25 @@ class Node:
         self.changes.notify(task.pipeline_id or "")
         return task
 
+    async def _forward(self, claimer: str | None, task_id: str, action: str) -> None:
+        """Pass a user's pause, resume or cancel to the peer running the task (DESIGN §4.9)."""
+        owner = self.membership.owner(claimer) if self.membership and claimer else None
+        if owner is None:
+            raise errors.IllegalTransition(
+                f"task {task_id} runs on node {claimer}, which this node cannot reach"
+            )
+        await owner.call("POST", "/cluster/tasks/signal", {"task_id": task_id, "action": action})
+
     def _signal(self, outcomes: list[CancelOutcome]) -> None:
         for outcome in outcomes:
-            if outcome.cancelled or outcome.running_on != self.node_id:
+            if outcome.cancelled:
+                continue
+            if outcome.running_on != self.node_id:
+                # the claimer also learns it from its next heartbeat's feedback
+                if outcome.running_on and self.membership is not None:
+                    self._background_call(
+                        self._forward_quietly(outcome.running_on, outcome.task_id)
+                    )
                 continue
             if not self.engine.signal_cancel(outcome.task_id):
                 logger.warning(

@@ -6,7 +6,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fredica.domain.models import CachePolicy, CloudPreference
+from fredica.domain.models import AffinityKind, CachePolicy, CloudPreference
+
+
+class AffinityIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: AffinityKind
+    node_id: str = Field(min_length=1, max_length=200)
 
 
 class TaskSpecIn(BaseModel):
@@ -23,6 +30,8 @@ class TaskSpecIn(BaseModel):
     cache_policy: CachePolicy = CachePolicy.NONE
     cloud_preference: CloudPreference | None = None
     idempotency_key: str | None = Field(default=None, max_length=200)
+    #: where the task may run: HARD = only on `node_id`; SOFT = there first (seed 001 §2.6)
+    affinity: AffinityIn | None = None
 
 
 class PipelineRequest(BaseModel):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from fredica.domain import errors
-from fredica.domain.models import NewPipeline, NewTask
+from fredica.domain.models import Affinity, NewPipeline, NewTask
 from fredica.domain.spawn import SpawnInput, SpawnPlan
 from fredica.executors import network_test
 from fredica.executors.base import TaskExecutor
@@ -41,6 +41,10 @@ class Template(ABC):
     def on_task_completed(self, done: SpawnInput) -> SpawnPlan | None:
         """Post-completion hook: tasks to spawn, payloads to patch, tasks to skip."""
         return None
+
+
+def _affinity(spec: TaskSpecIn) -> Affinity | None:
+    return Affinity(spec.affinity.kind, spec.affinity.node_id) if spec.affinity else None
 
 
 def toposort_refs(specs: list[TaskSpecIn]) -> list[str]:
@@ -109,6 +113,7 @@ class CustomTemplate(Template):
                 cloud_preference=by_ref[ref].cloud_preference or request.cloud_preference,
                 idempotency_key=by_ref[ref].idempotency_key,
                 publisher_id=ctx.publisher_id,
+                affinity=_affinity(by_ref[ref]),
             )
             for ref in order
         )

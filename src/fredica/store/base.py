@@ -21,7 +21,7 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from fredica.domain import errors
 from fredica.domain.models import (
@@ -254,6 +254,59 @@ class Page(Generic[T]):
 
     items: list[T]
     next_cursor: str | None
+
+
+class WorkStore(Protocol):
+    """What a worker needs of the store of the tasks it runs: a `TaskStore` for its own rows,
+    or, in a home cluster, the router that sends each report to the owner of its task
+    (`cluster.router.OwnerRouter`)."""
+
+    def subscribe(self, listener: SignalListener) -> None: ...
+
+    async def claim(self, flt: ClaimFilter, node_id: str | None = None) -> list[Task]: ...
+
+    async def start(self, task_id: str, attempt: int, node_id: str | None = None) -> Task: ...
+
+    async def release(
+        self, task_id: str, attempt: int, reason: str, node_id: str | None = None
+    ) -> Task: ...
+
+    async def heartbeat(
+        self, tasks: Sequence[tuple[str, int]], node_id: str | None = None
+    ) -> list[HeartbeatFeedback]: ...
+
+    async def progress(
+        self, updates: Sequence[tuple[str, int, int, str | None]], node_id: str | None = None
+    ) -> None: ...
+
+    async def set_paused(
+        self,
+        task_id: str,
+        attempt: int,
+        paused: bool,
+        reason: str | None,
+        node_id: str | None = None,
+    ) -> Task: ...
+
+    async def record_event(
+        self, task_id: str, event_type: str, message: str | None, node_id: str | None = None
+    ) -> None: ...
+
+    async def complete_and_claim(
+        self,
+        items: Sequence[CompletionItem],
+        claim: ClaimFilter | None = None,
+        node_id: str | None = None,
+        starts: Sequence[StartItem] = (),
+    ) -> tuple[list[Completed | errors.FredicaError], list[Task]]: ...
+
+    async def fail(self, failure: Failure, node_id: str | None = None) -> Task: ...
+
+    async def get_task(self, task_id: str) -> Task: ...
+
+    async def monitor(self, liveness: Liveness) -> MonitorReport: ...
+
+    async def recover_startup(self, node_id: str | None = None) -> RecoveryReport: ...
 
 
 class TaskStore(ABC):

@@ -1,0 +1,91 @@
+"""The cluster endpoints (DESIGN §6), for peers only: every path here is guarded by the
+`X-Cluster-Secret` header (see `api.app.require_token`), never by a publisher token.
+
+Bodies are JSON objects; the values inside are the store contract's (`cluster.protocol`). Each
+route calls one use case of the node's `PeerDesk` (`node.peers`), and errors answer through the
+one error table, so the peer's client raises the same exception class again.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query
+
+from fredica.api import deps
+from fredica.domain import errors
+from fredica.domain.models import JSON
+
+router = APIRouter(prefix="/cluster", tags=["cluster"])
+
+JsonBody = Annotated[dict[str, Any], Body()]
+
+
+@router.get("/info")
+async def info(node: deps.NodeDep) -> JSON:
+    """Who this node is: id, address, version, slots, load, task types, capabilities."""
+    return node.peers.info()
+
+
+@router.get("/peers")
+async def peers(node: deps.NodeDep) -> JSON:
+    """The nodes this node knows, with their addresses (peer exchange)."""
+    return await node.peers.peers()
+
+
+@router.post("/peers")
+async def introduce(body: JsonBody, node: deps.NodeDep) -> JSON:
+    """A peer introduces itself (`node_id`, `address`) and asks whom this node knows."""
+    address = body.get("address")
+    if not isinstance(address, str) or not address.startswith(("http://", "https://")):
+        raise errors.InvalidRequest("address must be the peer's http(s):// URL")
+    node.peers.introduce(address)
+    return await node.peers.peers()
+
+
+@router.post("/heartbeat")
+async def heartbeat(body: JsonBody, node: deps.NodeDep) -> JSON:
+    """A claimer's heartbeat for the tasks of this owner it runs, with its load; answered with
+    `task_status_feedback` (a task it lost, or must cancel)."""
+    node_id = body.get("node_id")
+    if not isinstance(node_id, str) or not node_id:
+        raise errors.InvalidRequest("node_id must be the sending node's id")
+    return await node.peers.heartbeat(node_id, body.get("tasks", []), body.get("node"))
+
+
+@router.post("/tasks/claim")
+async def claim(body: JsonBody, node: deps.NodeDep) -> JSON:
+    """Claim ready tasks of this owner for the node `node_id` (compare-and-set here)."""
+    node_id = body.get("node_id")
+    if not isinstance(node_id, str) or not node_id:
+        raise errors.InvalidRequest("node_id must be the claiming node's id")
+    flt = body.get("filter")
+    if not isinstance(flt, dict):
+        raise errors.InvalidRequest("filter must be an object")
+    return await node.peers.claim(node_id, flt)
+
+
+@router.post("/tasks/report")
+async def report(body: JsonBody, node: deps.NodeDep) -> JSON:
+    """A claimer's report on a task of this owner: start, progress, event, paused, complete,
+    fail or release, fenced by `(task_id, attempt)` and the claimer."""
+    return await node.peers.report(body)
+
+
+@router.get("/tasks/get")
+async def get_task(node: deps.NodeDep, task_id: Annotated[str, Query(min_length=1)]) -> JSON:
+    """One task of this owner as it stands."""
+    return await node.peers.get_task(task_id)
+
+
+@router.post("/tasks/signal")
+async def signal(body: JsonBody, node: deps.NodeDep) -> JSON:
+    """The owner forwards a cancel, pause or resume of a task running on this node."""
+    return await node.peers.signal(body)
+
+
+@router.post("/wake")
+async def wake(node: deps.NodeDep) -> JSON:
+    """A peer has new ready work: claim now."""
+    node.peers.wake()
+    return {"ok": True}

@@ -1,0 +1,205 @@
+"""The use cases of the cluster endpoints (`/cluster/...`, DESIGN §6): what this node does for
+its peers as the owner of its rows, and as the claimer of theirs.
+
+As owner it executes their claims and reports on its own store, each a compare-and-set in the
+claimer's name (`node_id`), so a peer's report is fenced exactly like a local one. As claimer
+it takes the signals an owner forwards (cancel, pause, resume of a task running here).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from fredica import __version__
+from fredica.cluster import protocol
+from fredica.domain import errors
+from fredica.domain.models import JSON, TaskStatus
+from fredica.engine.worker import WorkerEngine
+from fredica.store.base import Completed, NodeRecord, TaskStore
+
+logger = logging.getLogger(__name__)
+
+
+class PeerDesk:
+    """Answers the peers (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: TaskStore,
+        engine: WorkerEngine,
+        info: Callable[[], JSON],
+        changed: Callable[[str], None],
+        introduce: Callable[[str], None] | None = None,
+    ) -> None:
+        self._introduce = introduce
+        self._store = store
+        self._engine = engine
+        self._info = info
+        self._changed = changed
+
+    def info(self) -> JSON:
+        return {**self._info(), "version": __version__}
+
+    async def peers(self) -> JSON:
+        nodes = await self._store.list_nodes()
+        return {
+            "peers": [
+                {"node_id": n.id, "address": n.address, "status": n.status}
+                for n in nodes
+                if n.address
+            ]
+        }
+
+    def introduce(self, address: str) -> None:
+        """A peer told us its address: membership will ask it who it is."""
+        if self._introduce is not None:
+            self._introduce(address)
+
+    async def claim(self, node_id: str, body: JSON) -> JSON:
+        flt = protocol.decode("claim filter", protocol.filter_from_json, body)
+        if flt.limit < 1 or flt.limit > 1000:
+            raise errors.InvalidRequest(f"filter.limit must be 1-1000, got {flt.limit}")
+        tasks = await self._store.claim(flt, node_id)
+        if tasks:
+            logger.info(
+                "peer %s claimed %d task(s)",
+                node_id,
+                len(tasks),
+                extra={"action": "peer_claim"},
+            )
+            self._changed(tasks[0].pipeline_id or "")
+        return {"tasks": [t.to_json() for t in tasks]}
+
+    async def heartbeat(self, node_id: str, tasks: Any, node: Any) -> JSON:
+        pairs = protocol.decode("tasks", protocol.pairs_from_json, tasks)
+        if isinstance(node, dict):
+            await self._record_peer(node_id, node)
+        feedback = await self._store.heartbeat(pairs, node_id) if pairs else []
+        return {"task_status_feedback": [protocol.feedback_to_json(f) for f in feedback]}
+
+    async def _record_peer(self, node_id: str, node: JSON) -> None:
+        """A heartbeat carries the claimer's load; keep it in the node registry."""
+        known = {n.id: n for n in await self._store.list_nodes()}
+        before = known.get(node_id)
+        await self._store.upsert_node(
+            NodeRecord(
+                id=node_id,
+                hostname=str(node.get("hostname") or (before.hostname if before else "")),
+                capabilities=before.capabilities if before else [],
+                status=str(node.get("status") or "online"),
+                max_workers=int(node.get("max_workers") or (before.max_workers if before else 0)),
+                last_seen_at=0.0,
+                address=str(node.get("address") or (before.address if before else "")) or None,
+                info={k: v for k, v in node.items() if k in ("running", "free_slots")},
+            )
+        )
+
+    async def report(self, body: JSON) -> JSON:
+        """One report of a claimer: `op` names which (see `cluster.remote.RemoteOwner`)."""
+        op = body.get("op")
+        node_id = _node_id(body)
+        if op == "complete":
+            return await self._complete(node_id, body)
+        if op == "progress":
+            updates = protocol.decode("updates", protocol.progress_from_json, body.get("updates"))
+            await self._store.progress(updates, node_id)
+            return {"ok": True}
+        if op == "event":
+            await self._store.record_event(
+                _str(body, "task_id"), _str(body, "event_type"), body.get("message"), node_id
+            )
+            return {"ok": True}
+        if op == "fail":
+            failure = protocol.decode("failure", protocol.failure_from_json, body.get("failure"))
+            task = await self._store.fail(failure, node_id)
+        elif op == "start":
+            task = await self._store.start(_str(body, "task_id"), _int(body, "attempt"), node_id)
+        elif op == "release":
+            task = await self._store.release(
+                _str(body, "task_id"), _int(body, "attempt"), _str(body, "reason"), node_id
+            )
+        elif op == "paused":
+            task = await self._store.set_paused(
+                _str(body, "task_id"),
+                _int(body, "attempt"),
+                bool(body.get("paused")),
+                body.get("reason"),
+                node_id,
+            )
+        else:
+            raise errors.InvalidRequest(
+                f"unknown report op {op!r}; use start, progress, event, paused, complete, fail"
+                " or release"
+            )
+        self._changed(task.pipeline_id or "")
+        return {"task": task.to_json()}
+
+    async def _complete(self, node_id: str, body: JSON) -> JSON:
+        items = protocol.decode(
+            "items", lambda v: [protocol.completion_from_json(d) for d in v], body.get("items")
+        )
+        starts = protocol.decode(
+            "starts", lambda v: [protocol.start_from_json(d) for d in v], body.get("starts", [])
+        )
+        outcomes, _ = await self._store.complete_and_claim(items, None, node_id, starts)
+        answered: list[Completed | errors.FredicaError] = []
+        for item, outcome in zip(items, outcomes, strict=True):
+            if isinstance(outcome, errors.IllegalTransition):
+                # a completion sent again because its answer was lost: already accepted
+                task = await self._store.get_task(item.task_id)
+                if (
+                    task.status is TaskStatus.COMPLETED
+                    and task.claimed_by == node_id
+                    and task.attempt == item.attempt
+                ):
+                    outcome = Completed(task.id, task.attempt, task.pipeline_id)
+            answered.append(outcome)
+        for outcome in answered:
+            if isinstance(outcome, Completed):
+                self._changed(outcome.pipeline_id or "")
+        return {"outcomes": [protocol.outcome_to_json(o) for o in answered]}
+
+    async def get_task(self, task_id: str) -> JSON:
+        return {"task": (await self._store.get_task(task_id)).to_json()}
+
+    # --- as claimer -------------------------------------------------------------------------
+    def wake(self) -> None:
+        """An owner has new ready work: claim now instead of at the next poll."""
+        self._engine.wake()
+
+    async def signal(self, body: JSON) -> JSON:
+        """An owner forwards a user's cancel, pause or resume of a task running here."""
+        task_id = _str(body, "task_id")
+        action = body.get("action")
+        if action == "cancel":
+            return {"signalled": self._engine.signal_cancel(task_id, "cancelled by user")}
+        if action == "pause":
+            task = await self._engine.pause(task_id)
+        elif action == "resume":
+            task = await self._engine.resume(task_id)
+        else:
+            raise errors.InvalidRequest(f"unknown action {action!r}; use cancel, pause or resume")
+        return {"task": task.to_json()}
+
+
+def _node_id(body: JSON) -> str:
+    value = body.get("node_id")
+    if not isinstance(value, str) or not value:
+        raise errors.InvalidRequest("node_id must be the reporting node's id")
+    return value
+
+
+def _str(body: JSON, key: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value:
+        raise errors.InvalidRequest(f"{key} must be a non-empty string")
+    return value
+
+
+def _int(body: JSON, key: str) -> int:
+    value = body.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise errors.InvalidRequest(f"{key} must be an integer")
+    return value
