@@ -54,9 +54,14 @@ class Cluster:
 
     def start_all(self) -> None:
         """Start every node; wait until each sees the other two online."""
-        for name in self.nodes:
+        self.start_some("".join(self.nodes))
+
+    def start_some(self, names: str) -> None:
+        """Start the nodes named; wait until each sees the others online."""
+        for name in names:
             self.start(name)
-        for name, node in self.nodes.items():
+        for name in names:
+            node = self.nodes[name]
             others = set(self.ids.values()) - {self.ids[name]}
             wait_until(
                 lambda node=node, others=others: others <= online(node),
@@ -210,3 +215,104 @@ def test_a_killed_executor_loses_its_task_to_another_node_and_does_not_run_it_ag
     time.sleep(2)  # give a wrongly resumed attempt time to show up in the effect log
     assert len([e for e in effects(log) if e["phase"] == "start"]) == 2
     assert get(a, f"/api/v1/pipelines/{pid}")["status"] == "completed"
+
+
+def test_five_hundred_tasks_owned_by_three_nodes_claimed_by_all_run_once_each(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # Given three nodes, each the owner of a third of 500 tasks (TEST_EFFECT: any node may run it)
+    cluster.start_all()
+    log = tmp_path / "effects.jsonl"
+    pipelines: dict[str, list[str]] = {}
+    for i, name in enumerate("abc"):
+        count = 167 if i < 2 else 166
+        tasks = [
+            {"ref": f"t{j}", "type": "TEST_EFFECT", "payload": {"effect_log": str(log)}}
+            for j in range(count)
+        ]
+        body = {"template": "custom", "tasks": tasks}
+        pipelines.setdefault(name, []).append(
+            post(cluster.nodes[name], "/api/v1/pipelines", body)["pipeline_id"]
+        )
+
+    # When every node claims from every owner at once
+    for name, pids in pipelines.items():
+        for pid in pids:
+            done = wait_until(
+                lambda n=cluster.nodes[name], p=pid: pipeline_done(n, p), 120, "the pipelines"
+            )
+            assert done["status"] == "completed", cluster.logs()
+
+    # Then none was lost, none ran twice, and the work was shared
+    starts = Counter(e["task"] for e in effects(log) if e["phase"] == "start")
+    assert len(starts) == 500
+    assert set(starts.values()) == {1}
+    ran_by = Counter(e["node"] for e in effects(log) if e["phase"] == "end")
+    assert set(ran_by) == set(cluster.ids.values()), ran_by
+    owners_ran = Counter(
+        (t["owner_id"], t["claimed_by"])
+        for name, pids in pipelines.items()
+        for pid in pids
+        for t in get(cluster.nodes[name], "/api/v1/tasks", pipeline_id=pid, limit=500)["tasks"]
+    )
+    assert any(owner != claimer for owner, claimer in owners_ran), owners_ran
+
+
+def b_runs_a_task_of_a(
+    cluster: Cluster, tmp_path: Path, seconds: float
+) -> tuple[ServedNode, ServedNode, Path, str]:
+    """a and b only (b is then the one node that can run TEST_EFFECT_AI): a task of a's of
+    `seconds` that b has started. Returns (a, b, the effect log, the pipeline id)."""
+    cluster.start_some("ab")
+    a, b = cluster.nodes["a"], cluster.nodes["b"]
+    log = tmp_path / "effects.jsonl"
+    task = {
+        "ref": "t",
+        "type": "TEST_EFFECT_AI",
+        "payload": {"effect_log": str(log), "seconds": seconds},
+    }
+    pid = post(a, "/api/v1/pipelines", {"template": "custom", "tasks": [task]})["pipeline_id"]
+    wait_until(lambda: effects(log), 20, "b to start the task")
+    return a, b, log, pid
+
+
+def test_a_restarted_executor_settles_its_claims_with_the_owner_before_claiming_again(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # Given b runs a long task of a's (c is not started: b is the only node that can run it)
+    a, b, log, pid = b_runs_a_task_of_a(cluster, tmp_path, seconds=3)
+
+    # When b is killed and restarts at once (well within reclaim_after)
+    b.kill9()
+    b.start()
+
+    # Then a requeues attempt 1 when b verifies (not after reclaim_after), and attempt 2 runs
+    done = wait_until(lambda: pipeline_done(a, pid), 30, "the pipeline")
+    assert done["status"] == "completed", cluster.logs()
+    row = get(a, "/api/v1/tasks", pipeline_id=pid)["tasks"][0]
+    events = get(a, f"/api/v1/tasks/{row['id']}")["events"]
+    assert "interrupted by restart" in " ".join(str(e["message"]) for e in events)
+    assert "reclaimed" not in [e["event_type"] for e in events]
+    ends = [(e["attempt"], e["phase"]) for e in effects(log)]
+    assert ends == [(1, "start"), (2, "start"), (2, "end")]
+
+
+def test_a_result_for_an_owner_that_is_down_waits_in_the_outbox_until_acknowledged(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    a, b, log, pid = b_runs_a_task_of_a(cluster, tmp_path, seconds=2)
+
+    # When the owner goes down while b finishes
+    a.kill9()
+    wait_until(lambda: len(effects(log)) == 2, 20, "b to finish")
+    assert wait_until(lambda: get(b, "/api/v1/status")["outbox"] == 1, 10, "the outbox entry")
+
+    # Then the result reaches the owner once it is back, and only then leaves b's outbox
+    a.start()
+    done = wait_until(lambda: pipeline_done(a, pid), 30, "the result to be delivered")
+    assert done["status"] == "completed", cluster.logs()
+    row = get(a, "/api/v1/tasks", pipeline_id=pid)["tasks"][0]
+    assert row["attempt"] == 1 and row["retry_count"] == 0
+    assert row["result"]["node"] == cluster.ids["b"]
+    wait_until(lambda: get(b, "/api/v1/status")["outbox"] == 0, 10, "the outbox to empty")
+    assert [e["phase"] for e in effects(log)] == ["start", "end"]

@@ -72,6 +72,16 @@ async def report(body: JsonBody, node: deps.NodeDep) -> JSON:
     return await node.peers.report(body)
 
 
+@router.post("/tasks/verify")
+async def verify(body: JsonBody, node: deps.NodeDep) -> JSON:
+    """A claimer restarted: settle what it held here (none of it resumes; it is requeued or
+    failed by the retry rules), before it claims again."""
+    node_id = body.get("node_id")
+    if not isinstance(node_id, str) or not node_id:
+        raise errors.InvalidRequest("node_id must be the restarted node's id")
+    return await node.peers.verify(node_id)
+
+
 @router.get("/tasks/get")
 async def get_task(node: deps.NodeDep, task_id: Annotated[str, Query(min_length=1)]) -> JSON:
     """One task of this owner as it stands."""

@@ -31,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 OFFLINE_AFTER_FAILURES = 3
 MAX_BACKOFF_SEC = 30.0
+#: a peer that stopped answering is asked again after at most this many refresh intervals
+BACKOFF_INTERVALS = 8
 
 
 @dataclass
@@ -44,6 +46,9 @@ class Peer:
     failures: int = 0
     retry_at: float = 0.0  # monotonic; no calls before
     last_ok: float | None = None  # monotonic
+    #: this node's restart was verified with the peer (its earlier claims there settled):
+    #: only then may this node claim from it
+    joined: bool = False
 
     @property
     def online(self) -> bool:
@@ -62,7 +67,12 @@ class Membership:
         interval: float,
         record: Callable[[NodeRecord], Awaitable[None]],
         timeout: float = 5.0,
+        on_contact: Callable[[RemoteOwner, bool], Awaitable[None]] | None = None,
     ) -> None:
+        """`on_contact(owner, first)` runs after every answer of a peer (`first`: the first
+        since this node started); the peer is offered for claims only once the first one
+        returned without error."""
+        self._on_contact = on_contact
         self.self_id = self_id
         self.self_address = self_address.rstrip("/")
         self._secret = secret
@@ -92,15 +102,17 @@ class Membership:
         return [
             p.owner
             for p in sorted(self._peers.values(), key=lambda p: p.node_id or p.address)
-            if p.owner is not None and p.online and p.retry_at <= now
+            if p.owner is not None and p.online and p.joined and p.retry_at <= now
         ]
 
     def owner(self, node_id: str) -> RemoteOwner | None:
         return next((p.owner for p in self._peers.values() if p.node_id == node_id), None)
 
     def unreachable(self, owner: RemoteOwner, exc: errors.StoreError) -> None:
+        """A call of the router failed: pause calls to the peer (once per pause; the refresh
+        loop finds out when it answers again)."""
         peer = self._peers.get(owner.address)
-        if peer is not None:
+        if peer is not None and peer.retry_at <= time.monotonic():
             self._failed(peer, exc)
 
     def peers(self) -> list[Peer]:
@@ -156,6 +168,15 @@ class Membership:
         if not node_id or node_id == self.self_id:
             self._peers.pop(peer.address, None)  # ourselves under another name
             return
+        owner = self._answered(peer, node_id, info)
+        await self._contact(peer, owner)
+        for item in known.get("peers", []):
+            address = item.get("address") if isinstance(item, dict) else None
+            if address:
+                self.add(str(address))
+        await self._write(peer)
+
+    def _answered(self, peer: Peer, node_id: str, info: JSON) -> RemoteOwner:
         if peer.node_id != node_id or peer.owner is None:
             if peer.node_id is None:
                 logger.info(
@@ -169,15 +190,23 @@ class Membership:
         peer.retry_at = 0.0
         peer.last_ok = time.monotonic()
         peer.info = info
-        for item in known.get("peers", []):
-            address = item.get("address") if isinstance(item, dict) else None
-            if address:
-                self.add(str(address))
-        await self._write(peer)
+        return peer.owner
+
+    async def _contact(self, peer: Peer, owner: RemoteOwner) -> None:
+        if self._on_contact is None:
+            peer.joined = True
+            return
+        try:
+            await self._on_contact(owner, not peer.joined)
+        except errors.FredicaError as exc:
+            logger.warning("peer %s: %s", owner.node_id, exc, extra={"action": "membership"})
+        else:
+            peer.joined = True
 
     def _failed(self, peer: Peer, exc: errors.FredicaError) -> None:
         peer.failures += 1
-        pause = min(MAX_BACKOFF_SEC, self.interval * 2 ** max(0, peer.failures - 1))
+        ceiling = min(MAX_BACKOFF_SEC, self.interval * BACKOFF_INTERVALS)
+        pause = min(ceiling, self.interval * 2 ** max(0, peer.failures - 1))
         peer.retry_at = time.monotonic() + pause
         if peer.failures == OFFLINE_AFTER_FAILURES:
             logger.warning(

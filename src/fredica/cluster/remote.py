@@ -137,6 +137,13 @@ class RemoteOwner:
         answer = await self.call("GET", "/cluster/tasks/get", task_id=task_id)
         return task_from_json(answer["task"])
 
+    async def verify(self, node_id: str) -> JSON:
+        """Tell the owner this node restarted: what it held there was interrupted (DESIGN
+        §4.6); the owner requeues or fails it by its retry rules and says which."""
+        answer = await self.call("POST", "/cluster/tasks/verify", {"node_id": node_id})
+        assert isinstance(answer, dict)
+        return answer
+
     # --- membership -------------------------------------------------------------------------
     async def info(self) -> JSON:
         answer = await self.call("GET", "/cluster/info")

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
+from fredica.cluster import protocol
 from fredica.cluster.remote import RemoteOwner
 from fredica.domain import errors
 from fredica.domain.models import JSON, Task, TaskStatus
@@ -63,6 +64,8 @@ class OwnerRouter:
         self._node_info = node_info
         #: task id -> the owner that granted the claim (absent: this node's own store)
         self._claimed: dict[str, RemoteOwner] = {}
+        #: each task claimed from a peer, as claimed (the answer for an outboxed result)
+        self._tasks: dict[str, Task] = {}
         self._turn = itertools.count()
 
     @property
@@ -108,6 +111,7 @@ class OwnerRouter:
                 continue
             for task in got:
                 self._claimed[task.id] = owner
+                self._tasks[task.id] = task
             claimed += got
             free -= len(got)
         return claimed
@@ -190,25 +194,26 @@ class OwnerRouter:
         node_id: str | None = None,
         starts: Sequence[StartItem] = (),
     ) -> tuple[list[Completed | errors.FredicaError], list[Task]]:
-        """Each owner's part goes to its owner: the peers' first, so that a peer that cannot be
-        reached raises `StoreError` before anything local is written (the engine keeps the
-        batch and tries again; a part a peer already accepted is accepted again, since the
-        owner answers a repeated completion of the same attempt as accepted)."""
+        """Each owner's part goes to its owner. A result for a peer that cannot be reached goes
+        into this node's durable outbox and counts as accepted here: it is delivered when the
+        owner answers again (`deliver_outbox`), so neither the batch nor the local results wait
+        for it."""
         outcomes: dict[int, Completed | errors.FredicaError] = {}
         mine_idx, theirs_idx = self._split(list(range(len(items))), lambda i: items[i].task_id)
         my_starts, their_starts = self._split(starts, lambda s: s.task_id)
         for owner in set(theirs_idx) | set(their_starts):
             idx = theirs_idx.get(owner, [])
+            part = [items[i] for i in idx]
             try:
                 got = await owner.complete(
-                    [items[i] for i in idx], their_starts.get(owner, []), node_id or self.node_id
+                    part, their_starts.get(owner, []), node_id or self.node_id
                 )
             except errors.StoreError as exc:
                 self._owners.unreachable(owner, exc)
-                raise
+                got = await self._outbox_completions(owner, part, exc)
             outcomes.update(zip(idx, got, strict=True))
             for i in idx:
-                self._claimed.pop(items[i].task_id, None)
+                self._forget(items[i].task_id)
         local_outcomes, claimed = await self.local.complete_and_claim(
             [items[i] for i in mine_idx], claim, node_id, my_starts
         )
@@ -222,7 +227,30 @@ class OwnerRouter:
         owner = self._claimed.get(failure.task_id)
         if owner is None:
             return await self.local.fail(failure, node_id)
-        return await self._final(failure.task_id, owner.fail(failure, node_id or self.node_id))
+        try:
+            return await self._final(failure.task_id, owner.fail(failure, node_id or self.node_id))
+        except errors.StoreError as exc:
+            self._owners.unreachable(owner, exc)
+            task = self._tasks[failure.task_id]
+            await self.local.outbox_put(
+                owner.node_id,
+                failure.task_id,
+                failure.attempt,
+                "fail",
+                protocol.failure_to_json(failure),
+            )
+            self._forget(failure.task_id)
+            logger.warning(
+                "owner %s unreachable: the failure of %s waits in the outbox (%s)",
+                owner.node_id,
+                failure.task_id,
+                exc,
+                extra={"action": "outbox"},
+            )
+            # as far as this node knows: the owner applies its retry policy on delivery
+            return dataclasses.replace(
+                task, error=failure.error, error_type=failure.error_type.value
+            )
 
     async def _final(self, task_id: str, report: Awaitable[Task]) -> Task:
         """A report that ends this node's claim: forgotten unless it did not reach the owner."""
@@ -231,14 +259,86 @@ class OwnerRouter:
         except errors.StoreError:
             raise
         except errors.FredicaError:
-            self._claimed.pop(task_id, None)  # the owner refused: the claim is gone anyway
+            self._forget(task_id)  # the owner refused: the claim is gone anyway
             raise
-        self._claimed.pop(task_id, None)
+        self._forget(task_id)
         return task
 
-    def forget(self, task_id: str) -> None:
-        """The task left this node without a report (lost to a reclaim)."""
+    def _forget(self, task_id: str) -> None:
         self._claimed.pop(task_id, None)
+        self._tasks.pop(task_id, None)
+
+    # --- the outbox (seed 001 §7.4) --------------------------------------------------------
+    async def _outbox_completions(
+        self, owner: RemoteOwner, items: list[CompletionItem], exc: errors.StoreError
+    ) -> list[Completed | errors.FredicaError]:
+        """Keep results the owner could not take; they count as accepted here."""
+        for item in items:
+            await self.local.outbox_put(
+                owner.node_id,
+                item.task_id,
+                item.attempt,
+                "complete",
+                protocol.completion_to_json(item),
+            )
+        if items:
+            logger.warning(
+                "owner %s unreachable: %d result(s) wait in the outbox (%s)",
+                owner.node_id,
+                len(items),
+                exc,
+                extra={"action": "outbox"},
+            )
+        return [
+            Completed(i.task_id, i.attempt, self._pipeline(i.task_id), TaskStatus.COMPLETED)
+            for i in items
+        ]
+
+    def _pipeline(self, task_id: str) -> str | None:
+        task = self._tasks.get(task_id)
+        return task.pipeline_id if task is not None else None
+
+    async def deliver_outbox(self, owner: RemoteOwner) -> int:
+        """Send `owner` the results waiting for it, oldest first; each is forgotten once the
+        owner acknowledged it, or refused it for good (a reclaimed attempt: the result of a
+        zombie is dropped). Returns how many were delivered or dropped."""
+        done = 0
+        for item in await self.local.outbox_list(limit=1000):
+            if item.owner_id != owner.node_id:
+                continue
+            try:
+                if item.kind == "complete":
+                    completion = protocol.completion_from_json(item.body)
+                    outcome = (await owner.complete([completion], [], self.node_id))[0]
+                    if isinstance(outcome, errors.FredicaError):
+                        raise outcome
+                else:
+                    await owner.fail(protocol.failure_from_json(item.body), self.node_id)
+            except errors.StoreError as exc:
+                await self.local.outbox_tried(item.id, str(exc))
+                self._owners.unreachable(owner, exc)
+                break
+            except errors.FredicaError as exc:
+                logger.warning(
+                    "owner %s refused the %s of %s (attempt %d), dropped: %s",
+                    owner.node_id,
+                    item.kind,
+                    item.task_id,
+                    item.attempt,
+                    exc,
+                    extra={"action": "outbox"},
+                )
+            else:
+                logger.info(
+                    "owner %s acknowledged the %s of %s",
+                    owner.node_id,
+                    item.kind,
+                    item.task_id,
+                    extra={"action": "outbox"},
+                )
+            await self.local.outbox_done(item.id)
+            done += 1
+        return done
 
     def _split(
         self, values: Sequence[T], task_of: Callable[[T], str]

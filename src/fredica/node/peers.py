@@ -161,6 +161,25 @@ class PeerDesk:
                 self._changed(outcome.pipeline_id or "")
         return {"outcomes": [protocol.outcome_to_json(o) for o in answered]}
 
+    async def verify(self, node_id: str) -> JSON:
+        """A claimer restarted (seed 001 §7.5): what it held here did not survive, so nothing
+        resumes; its claims go back by the start-up rules, as if this node had restarted them."""
+        report = await self._store.recover_startup(node_id)
+        tasks = report.snapshot
+        if tasks:
+            logger.warning(
+                "peer %s restarted: %s",
+                node_id,
+                report.summary(),
+                extra={"action": "peer_verify"},
+            )
+            self._changed(tasks[0].pipeline_id or "")
+        return {
+            "should_resume": [],
+            "interrupted": [t.id for t in tasks],
+            "summary": report.summary(),
+        }
+
     async def get_task(self, task_id: str) -> JSON:
         return {"task": (await self._store.get_task(task_id)).to_json()}
 

@@ -22,6 +22,7 @@ from typing import Any
 from fredica import auth
 from fredica.capabilities import catalog, task_types
 from fredica.cluster.membership import Membership
+from fredica.cluster.remote import RemoteOwner
 from fredica.cluster.router import OwnerRouter
 from fredica.config import schema as config
 from fredica.domain import errors, models
@@ -128,6 +129,7 @@ class Node:
         cfg = settings.config or config.parse_config({}, "defaults")
         #: the home cluster (a secret and no shared database): peers claim each other's work
         self.membership: Membership | None = None
+        self.router: OwnerRouter | None = None
         work_store: WorkStore = store
         if cfg.cluster.cluster_secret and not settings.store_url:
             self.membership = Membership(
@@ -137,8 +139,9 @@ class Node:
                 list(cfg.cluster.seeds),
                 settings.engine_settings().heartbeat_interval,
                 store.upsert_node,
+                on_contact=self._peer_contact,
             )
-            work_store = OwnerRouter(store, self.membership, self.peer_info)
+            work_store = self.router = OwnerRouter(store, self.membership, self.peer_info)
         self._wake_peers = CoalescedCall(self._push_wake)
         self.engine = WorkerEngine(
             work_store,
@@ -196,6 +199,12 @@ class Node:
             self.previous_shutdown = ShutdownType.CRASH
         await self._store.set_config(KEY_PREVIOUS_SHUTDOWN, self.previous_shutdown.value)
         await self._store.set_config(KEY_LAST_SHUTDOWN, ShutdownType.PENDING_CHECK.value)
+        if self.membership is not None:
+            # whoever ran this owner's tasks while it was down could not reach it: their
+            # silence counts from now, before the liveness monitor first looks
+            forgiven = await self._store.forgive_silence()
+            if forgiven:
+                logger.info("%d task(s) running on peers: heard from now", forgiven)
         self.recovery = await self.engine.start()
         await self._store.set_config(KEY_RECOVERY, json.dumps(self.recovery.summary()))
         await self.register_self()
@@ -286,6 +295,23 @@ class Node:
             self._changed_call.schedule(self._loop)
         elif signal is Signal.READY and self.membership is not None:
             self._wake_peers.schedule(self._loop)
+
+    async def _peer_contact(self, owner: RemoteOwner, first: bool) -> None:
+        """A peer answered: deliver the results waiting for it; the first time since this node
+        started, settle what this node held there before it crashed (after the results, so a
+        result kept across the crash still counts)."""
+        if self.router is None:
+            return
+        await self.router.deliver_outbox(owner)
+        if first:
+            answer = await owner.verify(self.node_id)
+            if answer.get("interrupted"):
+                logger.warning(
+                    "owner %s requeued what this node held there before its restart: %s",
+                    owner.node_id,
+                    answer["interrupted"],
+                    extra={"action": "verify"},
+                )
 
     def _push_wake(self) -> None:
         """New ready work: the peers may claim it now rather than at their next poll."""
@@ -508,6 +534,8 @@ class Node:
                 "reason": self.engine.quarantine.reason,
             },
             "health": self.health(),
+            # results computed here for other owners, not yet acknowledged (seed 001 §7.4)
+            "outbox": len(await self._store.outbox_list()) if self.router is not None else 0,
         }
 
     async def cluster_view(self) -> dict[str, Any]:

@@ -246,6 +246,22 @@ class ChangeBatch:
 
 
 @dataclass(frozen=True, slots=True)
+class OutboxItem:
+    """A result this node computed for a task another node owns, not yet acknowledged by that
+    owner (seed 001 §7.4). `kind` is `complete` or `fail`; `body` is the report as sent."""
+
+    id: int
+    owner_id: str
+    task_id: str
+    attempt: int
+    kind: str
+    body: JSON
+    created_at: float
+    tries: int
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Page(Generic[T]):
     """One page of a list and the cursor of the next page (None: this page is the last).
 
@@ -541,6 +557,73 @@ class TaskStore(ABC):
     @abstractmethod
     async def latest_cursor(self, owner_id: str | None = None) -> int:
         """A cursor after every change committed so far."""
+
+    # the home cluster: outbox, replicas of other owners, digests (store/peering.py)
+    @abstractmethod
+    async def outbox_put(
+        self, owner_id: str, task_id: str, attempt: int, kind: str, body: JSON
+    ) -> None:
+        """Keep a result for `owner_id` until it is acknowledged (once per task attempt)."""
+
+    @abstractmethod
+    async def outbox_list(self, limit: int = 100) -> list[OutboxItem]:
+        """This node's unacknowledged results, oldest first."""
+
+    @abstractmethod
+    async def outbox_done(self, item_id: int) -> None:
+        """The owner acknowledged (or definitively refused) the result: forget it."""
+
+    @abstractmethod
+    async def outbox_tried(self, item_id: int, error: str) -> None:
+        """A delivery failed; count it and keep why."""
+
+    @abstractmethod
+    async def apply_replica(self, owner_id: str, batch: ChangeBatch) -> int:
+        """Merge `owner_id`'s changed rows into the replica by `(owner_id, change_seq)`, and
+        advance its cursor, atomically. Rows of any other owner are refused (InvalidRequest).
+        Returns how many rows were newer than the replica."""
+
+    @abstractmethod
+    async def replica_cursor(self, owner_id: str) -> int:
+        """How far `owner_id`'s changes have been read (0: never)."""
+
+    @abstractmethod
+    async def replica_freshness(self) -> dict[str, float]:
+        """Per owner, when its changes were last read (this store's clock)."""
+
+    @abstractmethod
+    async def replica_tasks(
+        self,
+        pipeline_id: str | None = None,
+        status: Sequence[str] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Task]:
+        """Replicated tasks of other owners (a pipeline's oldest first, else newest first)."""
+
+    @abstractmethod
+    async def replica_pipelines(
+        self, status: Sequence[str] | None = None, limit: int = 100, offset: int = 0
+    ) -> list[Pipeline]:
+        """Replicated pipelines of other owners, newest first."""
+
+    @abstractmethod
+    async def replica_task(self, task_id: str) -> Task | None:
+        """One replicated task (None if there is no replica of it)."""
+
+    @abstractmethod
+    async def replica_pipeline(self, pipeline_id: str) -> Pipeline | None:
+        """One replicated pipeline (None if there is no replica of it)."""
+
+    @abstractmethod
+    async def digest(self, owner_id: str, replica: bool) -> str:
+        """sha256 of `owner_id`'s rows as (id, change_seq): its own rows (`replica=False`, on
+        the owner) or their replica here; equal when the replica is up to date."""
+
+    @abstractmethod
+    async def forgive_silence(self) -> int:
+        """After this owner's own downtime: running tasks claimed by other nodes count as
+        heard from now. Returns how many."""
 
     @abstractmethod
     async def local_running(self, node_id: str | None = None) -> list[Task]:

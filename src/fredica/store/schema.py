@@ -211,6 +211,48 @@ DROP INDEX pipeline_created;
 CREATE INDEX pipeline_created ON pipeline_instance (created_at, id);
 CREATE INDEX pipeline_status ON pipeline_instance (status, created_at, id);
 """,
+    # 4: the home cluster (DESIGN §6): results waiting for their owner (the durable outbox),
+    # and read-only replicas of other owners' rows with how far each owner has been read
+    """
+CREATE TABLE outbox (
+    id INTEGER PRIMARY KEY,
+    node_id TEXT NOT NULL,
+    owner_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    body TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    tries INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    UNIQUE (task_id, attempt)
+);
+CREATE TABLE replica_task (
+    id TEXT PRIMARY KEY,
+    owner_id TEXT NOT NULL,
+    change_seq INTEGER NOT NULL,
+    pipeline_id TEXT,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX replica_task_created ON replica_task (created_at, id);
+CREATE INDEX replica_task_pipeline ON replica_task (pipeline_id, created_at);
+CREATE TABLE replica_pipeline (
+    id TEXT PRIMARY KEY,
+    owner_id TEXT NOT NULL,
+    change_seq INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX replica_pipeline_created ON replica_pipeline (created_at, id);
+CREATE TABLE replica_cursor (
+    owner_id TEXT PRIMARY KEY,
+    cursor INTEGER NOT NULL,
+    pulled_at REAL NOT NULL
+);
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

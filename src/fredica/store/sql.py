@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 
 from fredica.domain import errors
 from fredica.domain.clock import Clock
-from fredica.domain.models import NewPipeline, NewTask, Pipeline, Task, TaskEvent
-from fredica.store import control, lists, work
+from fredica.domain.models import JSON, NewPipeline, NewTask, Pipeline, Task, TaskEvent
+from fredica.store import control, lists, peering, work
 from fredica.store.base import (
     CancelOutcome,
     ChangeBatch,
@@ -37,6 +37,7 @@ from fredica.store.base import (
     Liveness,
     MonitorReport,
     NodeRecord,
+    OutboxItem,
     Page,
     RecoveryReport,
     RestartLogEntry,
@@ -553,6 +554,72 @@ class SQLStore(TaskStore):
         )
 
     # --- change feed ------------------------------------------------------------------------------
+    # --- the home cluster (store/peering.py) ----------------------------------------------------
+    async def outbox_put(
+        self, owner_id: str, task_id: str, attempt: int, kind: str, body: JSON
+    ) -> None:
+        await self._work(
+            lambda tx: peering.outbox_put(tx, owner_id, task_id, attempt, kind, body), None
+        )
+
+    async def outbox_list(self, limit: int = 100) -> list[OutboxItem]:
+        return await self._read(lambda conn: peering.outbox_list(conn, self.node_id, limit))
+
+    async def outbox_done(self, item_id: int) -> None:
+        await self._work(lambda tx: peering.outbox_done(tx, item_id), None)
+
+    async def outbox_tried(self, item_id: int, error: str) -> None:
+        await self._write(lambda tx: peering.outbox_tried(tx, item_id, error))
+
+    async def apply_replica(self, owner_id: str, batch: ChangeBatch) -> int:
+        owners = {t.owner_id for t in batch.tasks} | {p.owner_id for p in batch.pipelines}
+        strangers = owners - {owner_id}
+        if strangers:
+            raise errors.InvalidRequest(
+                f"a batch of {owner_id}'s changes holds rows of {sorted(strangers)}"
+            )
+        if owner_id == self.node_id:
+            raise errors.InvalidRequest("a node does not replicate its own rows")
+        return await self._write(lambda tx: peering.apply_replica(tx, owner_id, batch))
+
+    async def replica_cursor(self, owner_id: str) -> int:
+        return await self._read(lambda conn: peering.replica_cursor(conn, owner_id))
+
+    async def replica_freshness(self) -> dict[str, float]:
+        return await self._read(peering.replica_freshness)
+
+    async def replica_tasks(
+        self,
+        pipeline_id: str | None = None,
+        status: Sequence[str] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Task]:
+        statuses = list(status or [])
+        return await self._read(
+            lambda conn: peering.replica_tasks(conn, pipeline_id, statuses, limit, offset)
+        )
+
+    async def replica_pipelines(
+        self, status: Sequence[str] | None = None, limit: int = 100, offset: int = 0
+    ) -> list[Pipeline]:
+        statuses = list(status or [])
+        return await self._read(
+            lambda conn: peering.replica_pipelines(conn, statuses, limit, offset)
+        )
+
+    async def replica_task(self, task_id: str) -> Task | None:
+        return await self._read(lambda conn: peering.replica_task(conn, task_id))
+
+    async def replica_pipeline(self, pipeline_id: str) -> Pipeline | None:
+        return await self._read(lambda conn: peering.replica_pipeline(conn, pipeline_id))
+
+    async def digest(self, owner_id: str, replica: bool) -> str:
+        return await self._read(lambda conn: peering.digest(conn, owner_id, replica))
+
+    async def forgive_silence(self) -> int:
+        return await self._work(peering.forgive_silence, None)
+
     async def latest_cursor(self, owner_id: str | None = None) -> int:
         return await self._read(self._read_cursor_bound)
 
