@@ -104,11 +104,11 @@ async def test_a_whole_file_arrives_verified(tmp_path: Path, holder_file: Holder
     assert copy == target(tmp_path)
     assert sha(copy.read_bytes()) == sha(holder_file.content)
     assert progress.calls[-1] == (SIZE, SIZE) and len(progress.calls) > 1
-    assert not copy.with_name(copy.name + ".part").exists()
+    assert not files.partial_path(copy).exists()
 
 
 async def test_a_partial_copy_is_resumed(tmp_path: Path, holder_file: Holder) -> None:
-    part = target(tmp_path).with_name("big.bin.part")
+    part = files.partial_path(target(tmp_path))
     part.parent.mkdir(parents=True)
     have = 7 * 1024 * 1024 + 123
     part.write_bytes(holder_file.content[:have])  # a download cut off earlier
@@ -121,7 +121,7 @@ async def test_a_partial_copy_is_resumed(tmp_path: Path, holder_file: Holder) ->
 
 
 async def test_a_stale_partial_copy_is_discarded(tmp_path: Path, holder_file: Holder) -> None:
-    part = target(tmp_path).with_name("big.bin.part")
+    part = files.partial_path(target(tmp_path))
     part.parent.mkdir(parents=True)
     part.write_bytes(b"an older version of the file" * 1000)
     progress = Progress()
@@ -163,7 +163,7 @@ async def test_a_file_changed_while_fetched_is_deleted_and_transient(
     with pytest.raises(errors.TransientError, match=r"does not match.*deleted"):
         await peer.fetch("node-a", REL, rewrite_once)
     assert not target(tmp_path).exists()
-    assert not target(tmp_path).with_name("big.bin.part").exists()
+    assert not files.partial_path(target(tmp_path)).exists()
     # the retry gets the new version
     copy = await peer.fetch("node-a", REL)
     assert sha(copy.read_bytes()) == sha(changed)

@@ -11,7 +11,7 @@ thread and cached by (path, size, mtime_ns, inode) (`FileHashes`).
 Fetching side: `PeerFiles.fetch(node_id, rel_path)` copies a peer's file into
 `<data_dir>/cache/peers/<node_id>/<rel_path>`: it asks the peer for the file's size and sha256
 (`/files/serve/stat`), reuses a cached copy that still matches both, else downloads into
-`<target>.part` (resuming a partial one with a Range request), verifies size and hash and
+`.<name>.part` beside it (resuming a partial one with a Range request), verifies size and hash and
 renames the copy into place. One download per target runs at a time. Errors are the task error
 classes of seed 001 §7.6: an unknown or unreachable peer and a 5xx are TRANSIENT, a peer that
 has no such file is RESOURCE (the task should run elsewhere, e.g. on the holder), a copy whose
@@ -373,7 +373,7 @@ class PeerFiles:
         remote: _Remote,
         on_progress: Progress | None,
     ) -> None:
-        part = target.with_name(target.name + PART_SUFFIX)
+        part = partial_path(target)
         await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
         resumed = await self._receive(peer, rel_path, part, remote, on_progress)
         digest, st = await asyncio.to_thread(hash_file, part)
@@ -455,6 +455,12 @@ class PeerFiles:
                     on_progress(done, total)
         finally:
             await asyncio.to_thread(fh.close)
+
+
+def partial_path(target: Path) -> Path:
+    """Where the download of `target` grows: a hidden name, which no peer serves, so it can
+    never be the copy of another file."""
+    return target.with_name(f".{target.name}{PART_SUFFIX}")
 
 
 def _size_or_zero(path: Path) -> int:
