@@ -18,7 +18,6 @@ from fredica import auth
 from fredica.cluster import files
 from fredica.config import schema as config
 from fredica.domain import errors, models
-from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
 from fredica.executors.control import TaskControl
 from fredica.node import compose
@@ -364,16 +363,6 @@ async def test_a_cancel_stops_the_fetch(served, tmp_path: Path) -> None:
     assert not (mine / "cache" / "peers" / "node-a" / "results" / "t1" / "audio.wav").exists()
 
 
-class ReadExecutor(TaskExecutor):
-    """Reads `payload.path` from `payload.holder` and answers its sha256."""
-
-    task_type = "TEST_READ_INPUT"
-
-    async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
-        path = await ctx.input_path(task.payload["path"], task.payload["holder"])
-        return ExecuteResult({"sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
-
-
 async def test_the_engine_gives_its_tasks_the_node_s_fetcher(served, tmp_path: Path) -> None:
     _, holder = served
     data = tmp_path / "b"
@@ -388,7 +377,6 @@ async def test_the_engine_gives_its_tasks_the_node_s_fetcher(served, tmp_path: P
             config=node_config(),
         )
     )
-    node.registry.add_executor(ReadExecutor())
     await node.start()
     try:
         assert node.engine.peer_files is node.peer_files  # a secret: the node fetches
@@ -421,5 +409,6 @@ async def test_the_engine_gives_its_tasks_the_node_s_fetcher(served, tmp_path: P
         (task,) = pipeline["tasks"]
         assert task["status"] == "completed", task
         assert task["result"]["sha256"] == hashlib.sha256(DATA).hexdigest()
+        assert task["result"]["read_from"].startswith(str(data / "cache" / "peers" / "node-a"))
     finally:
         await node.stop(grace=1)
