@@ -95,12 +95,13 @@ def post(node: ServedNode, path: str, body: dict[str, Any]) -> Any:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """a: owner, cannot run TEST_EFFECT_AI; b and c can. b and c know only a (seeds): they
-    learn each other through peer exchange."""
-    ports = {name: free_port() for name in "abc"}
+    learn each other through peer exchange. (Parametrized indirectly: other node names.)"""
+    names = getattr(request, "param", "abc")
+    ports = {name: free_port() for name in names}
     nodes = {}
-    for name in "abc":
+    for name in names:
         seeds = "" if name == "a" else f'"127.0.0.1:{ports["a"]}"'
         config = tmp_path / f"{name}.yaml"
         config.write_text(

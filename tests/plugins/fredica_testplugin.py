@@ -4,6 +4,7 @@ process, a child Python process that pauses itself, classified failures, spawnin
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import time
@@ -255,6 +256,25 @@ class AnalyzeExecutor(TaskExecutor):
         )
 
 
+class ReadInputExecutor(TaskExecutor):
+    """Reads `payload.path` through `ctx.input_path` from the node that holds it
+    (`payload.holder`, else this node) and answers its sha256 and where it was read."""
+
+    task_type = "TEST_READ_INPUT"
+
+    async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
+        path = await ctx.input_path(task.payload["path"], task.payload.get("holder"))
+        data = path.read_bytes()
+        return ExecuteResult(
+            {
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "size": len(data),
+                "node": ctx.node_id,
+                "read_from": str(path),
+            }
+        )
+
+
 class FanOutTemplate(Template):
     """SPLIT (sleep) -> N spawned TEST_SLEEP chunks -> MERGE waits for all of them."""
 
@@ -318,6 +338,7 @@ def register(registry: Registry) -> None:
         FailExecutor(),
         SkipExistingExecutor(),
         AnalyzeExecutor(),
+        ReadInputExecutor(),
     ):
         registry.add_executor(executor)
     registry.add_template(FanOutTemplate())

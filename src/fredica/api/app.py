@@ -2,9 +2,9 @@
 
 `create_app` only assembles: the lifespan (start and stop the node), the token middleware, the
 error table (`api.errors`) and one router per area (`routes_node`, `routes_pipelines`,
-`routes_tasks`), plus the routers of the faces above the API (the web UI's, see
-`fredica.web.app`). Every route calls one use case of the node service (`request.app.state.node`
-through `api.deps`).
+`routes_tasks`, `routes_files` for peers), plus the routers of the faces above the API (the web
+UI's, see `fredica.web.app`). Every route calls one use case of the node service
+(`request.app.state.node` through `api.deps`).
 
 Bad input always gets a 4xx with a reason naming what is wrong, never a 500, and nothing is
 written: requests are validated completely (pydantic at the edge, then the template) before the
@@ -27,6 +27,7 @@ from fredica.api import (
     deps,
     errors,
     routes_cluster,
+    routes_files,
     routes_node,
     routes_pipelines,
     routes_tasks,
@@ -49,6 +50,7 @@ API_ROUTERS = (
     routes_pipelines.router,
     routes_tasks.router,
     routes_cluster.router,
+    routes_files.router,
 )
 
 

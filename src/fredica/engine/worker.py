@@ -27,7 +27,7 @@ from fredica.engine.backends import BackendChoice, BackendSelector
 from fredica.engine.registry import Registry
 from fredica.engine.wakeups import CoalescedCall
 from fredica.executors.base import ExecuteResult, TaskExecutor
-from fredica.executors.context import TaskContext
+from fredica.executors.context import FileFetcher, TaskContext
 from fredica.executors.control import TaskControl
 from fredica.executors.ledger import ProcessLedger
 from fredica.store.base import (
@@ -150,6 +150,8 @@ class WorkerEngine:
         #: cancels for tasks not (yet) here: a claim in flight when the cancel was committed
         #: brings the task a moment later, and it must not start as if nothing happened
         self._early_cancels: dict[str, tuple[str, float]] = {}
+        #: fetches inputs held by other nodes (set by the node when it has a cluster secret)
+        self.peer_files: FileFetcher | None = None
 
     @property
     def node_id(self) -> str:
@@ -543,6 +545,7 @@ class WorkerEngine:
             node_id=self.node_id,
             data_dir=self.settings.data_dir,
             sink=self,
+            peer_files=self.peer_files,
         )
         try:
             await self._run_and_report(running, executor, ctx)

@@ -30,14 +30,6 @@ def wav_duration(path: Path) -> tuple[float, int, int]:
         raise errors.PermanentError(f"not a readable WAV file: {path}: {exc}") from exc
 
 
-def payload_input(ctx: TaskContext, payload: dict[str, Any], *keys: str) -> Path:
-    for key in keys:
-        value = payload.get(key)
-        if isinstance(value, str) and value:
-            return ctx.input_path(outputs.resolve(ctx.data_dir, value))
-    raise errors.PayloadError(f"payload needs {' or '.join(keys)}")
-
-
 def payload_output(ctx: TaskContext, payload: dict[str, Any], key: str, default: str) -> Path:
     value = payload.get(key)
     if value is not None and (not isinstance(value, str) or not value):
@@ -62,14 +54,14 @@ class ExtractAudioExecutor(TaskExecutor):
         if not outputs.caches(task):
             return None
         try:
-            source = payload_input(ctx, task.payload, "video_path", "input_path")
+            source = await ctx.payload_input(task.payload, "video_path", "input_path")
             target = payload_output(ctx, task.payload, "output_path", "audio.wav")
         except errors.TaskError:
             return None  # execute() reports the problem properly
         return outputs.reusable(target, self.task_type, self._inputs(task, source))
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
-        source = payload_input(ctx, task.payload, "video_path", "input_path")
+        source = await ctx.payload_input(task.payload, "video_path", "input_path")
         target = payload_output(ctx, task.payload, "output_path", "audio.wav")
         rate = int(
             outputs.payload_number(task.payload, "sample_rate", SAMPLE_RATE, low=8000, high=48000)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fredica.domain import errors, models
-from fredica.executors import process
+from fredica.executors import outputs, process
 from fredica.executors.control import TaskControl
 
 logger = logging.getLogger(__name__)
@@ -24,6 +24,20 @@ class ContextSink(Protocol):
 
     def event(self, task: models.Task, event_type: str, message: str | None) -> None:
         """Record a task event (e.g. the backend chosen)."""
+        ...
+
+
+class FileFetcher(Protocol):
+    """Copies files that other nodes hold (implemented by `cluster.files.PeerFiles`)."""
+
+    async def fetch(
+        self,
+        node_id: str,
+        rel_path: str,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> Path:
+        """A verified local copy of `rel_path` (relative to the data dir of `node_id`);
+        `on_progress(bytes_done, bytes_total)` is called as the copy grows."""
         ...
 
 
@@ -49,6 +63,8 @@ class TaskContext:
     backend: str | None = None
     backend_config: dict[str, Any] = field(default_factory=dict)
     last_progress: int = 0
+    #: fetches inputs that other nodes hold (None: this node fetches nothing)
+    peer_files: FileFetcher | None = None
 
     # --- progress and signals -------------------------------------------------------------
     def progress(self, pct: float, note: str | None = None) -> None:
@@ -83,21 +99,52 @@ class TaskContext:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def input_path(self, path: str | Path, file_node_id: str | None = None) -> Path:
-        """A local path for an input file.
+    async def input_path(self, path: str | Path, file_node_id: str | None = None) -> Path:
+        """A local path for an input file. `path` is absolute, or relative to the data dir of
+        the node that holds the file, `file_node_id` (None: this node).
 
-        Files held by another node need the cluster's file transport; until a node has it,
-        such a task fails with a RESOURCE error so another node (the file's holder) takes it.
+        A file held by another node (SOFT affinity) is fetched from it into this node's cache
+        and verified (size and sha256); that needs a path relative to its data dir. An absolute
+        path of another node is used only if it exists here too (a shared mount), else the
+        task fails with a RESOURCE error so that another node (the holder) takes it.
         """
-        holder = file_node_id or self.task.file_node_id
-        local = Path(path)
-        if holder not in (None, self.node_id) and not local.exists():
+        local = outputs.resolve(self.data_dir, path)
+        if file_node_id in (None, self.node_id):
+            if not local.exists():
+                raise errors.PermanentError(f"input file not found: {local}")
+            return local
+        if Path(path).is_absolute():
+            if local.exists():
+                return local
             raise errors.ResourceError(
-                f"input {local} is held by node {holder} and not present here", hint="FILE_REMOTE"
+                f"input {path} is held by node {file_node_id} under an absolute path, which "
+                "cannot be fetched (only paths relative to its data dir can)",
+                hint="FILE_REMOTE",
             )
-        if not local.exists():
-            raise errors.PermanentError(f"input file not found: {local}")
-        return local
+        if self.peer_files is None:
+            raise errors.ResourceError(
+                f"input {path} is held by node {file_node_id}, and this node fetches no files "
+                "from peers (no cluster.cluster_secret)",
+                hint="FILE_REMOTE",
+            )
+        with outputs.disk_errors(f"fetching {path} from node {file_node_id}"):
+            copy = await self.peer_files.fetch(file_node_id, Path(path).as_posix(), self._on_fetch)
+        self.event("input", f"{path} fetched from node {file_node_id}")
+        return copy
+
+    def _on_fetch(self, done: int, total: int) -> None:
+        """A cancel stops a download between blocks (the partial copy stays for a resume)."""
+        if self.control.cancelled:
+            raise errors.TaskCancelled(self.control.cancel_reason)
+
+    async def payload_input(self, payload: dict[str, Any], *keys: str) -> Path:
+        """The input file named by the first of `keys` in `payload` (the task's own, or one
+        derived from it), held by the task's `file_node_id`."""
+        for key in keys:
+            value = payload.get(key)
+            if isinstance(value, str) and value:
+                return await self.input_path(value, self.task.file_node_id)
+        raise errors.PayloadError(f"payload needs {' or '.join(keys)}")
 
     # --- processes ------------------------------------------------------------------------
     async def run_process(

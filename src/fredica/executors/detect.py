@@ -281,12 +281,12 @@ class MergeDetectResultsExecutor(video.CachedExecutor):
     def _inputs(self, task: models.Task) -> Any:
         return {"batches": task.payload.get("batches"), "min": task.payload.get("min_frames")}
 
-    def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
+    async def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
         out = video.target(ctx, task.payload, "output_path", "detections.json")
         return out, self._inputs(task)
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
-        out, inputs = self.locate(task, ctx)
+        out, inputs = await self.locate(task, ctx)
         min_frames = int(
             outputs.payload_number(task.payload, "min_frames", DEFAULT_MIN_FRAMES, low=1, high=1000)
         )

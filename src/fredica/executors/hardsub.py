@@ -252,7 +252,7 @@ class DetectHardcodedSubtitleExecutor(TaskExecutor):
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
         payload = task.payload
-        video = subtitles.input_file(ctx, payload, "video_path")
+        video = await ctx.payload_input(payload, "video_path")
         count = int(outputs.payload_number(payload, "sample_frames", 8, low=1, high=64))
         skip = outputs.payload_number(payload, "sample_skip_pct", 0.05, low=0, high=0.45)
         info = await ffmpeg.probe(ctx, video)

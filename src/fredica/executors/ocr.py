@@ -328,7 +328,7 @@ class MergeOcrResultsExecutor(video.CachedExecutor):
     task_type = MERGE_OCR_RESULTS
     capability = None
 
-    def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
+    async def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
         out = video.target(ctx, task.payload, "output_path", "ocr.json")
         return out, {
             "batches": task.payload.get("batches"),
@@ -336,7 +336,7 @@ class MergeOcrResultsExecutor(video.CachedExecutor):
         }
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
-        out, inputs = self.locate(task, ctx)
+        out, inputs = await self.locate(task, ctx)
         merged = frames_mod.merged_frames(task.payload)
         min_sec = outputs.payload_number(
             task.payload, "min_span_sec", MIN_SPAN_SEC, low=0, high=3600

@@ -107,11 +107,11 @@ class DetectScenesExecutor(video.CachedExecutor):
         default = float(configured) if isinstance(configured, int | float) else 0.4
         return outputs.payload_number(task.payload, "threshold", default, low=0.01, high=1)
 
-    def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
+    async def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
         out_dir = video.target(ctx, task.payload, "output_dir", "scenes")
         inputs = {
             "source": outputs.fingerprint_file(
-                video.source_file(ctx, task.payload, "video_path", "input_path")
+                await ctx.payload_input(task.payload, "video_path", "input_path")
             ),
             "t": self._threshold(task, ctx),
             "method": choose_method(task.payload, ctx.backend_config),
@@ -119,8 +119,8 @@ class DetectScenesExecutor(video.CachedExecutor):
         return out_dir / "scenes.json", inputs
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
-        source = video.source_file(ctx, task.payload, "video_path", "input_path")
-        index, inputs = self.locate(task, ctx)
+        source = await ctx.payload_input(task.payload, "video_path", "input_path")
+        index, inputs = await self.locate(task, ctx)
         threshold, method = inputs["t"], inputs["method"]
         info = await video.video_info(ctx, source)
         duration = float(info.duration_sec or 0)

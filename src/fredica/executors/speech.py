@@ -86,7 +86,7 @@ class EnhanceAudioExecutor(TaskExecutor):
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
         payload = task.payload
-        source = subtitles.input_file(ctx, payload, "audio_path")
+        source = await ctx.payload_input(payload, "audio_path")
         mode = str(payload.get("mode") or ctx.backend_config.get("default_mode") or "denoise")
         if mode not in ENHANCE_MODES:
             raise errors.PayloadError(f"payload.mode must be one of {', '.join(ENHANCE_MODES)}")
@@ -138,7 +138,7 @@ class DiarizeAudioExecutor(TaskExecutor):
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
         payload = task.payload
-        source = subtitles.input_file(ctx, payload, "audio_path")
+        source = await ctx.payload_input(payload, "audio_path")
         low = int(outputs.payload_number(payload, "min_speakers", 1, low=0, high=50))
         high = int(outputs.payload_number(payload, "max_speakers", 10, low=0, high=50))
         min_seg = outputs.payload_number(payload, "min_segment_sec", 0.5, low=0, high=60)
@@ -219,7 +219,7 @@ class FingerprintAudioExecutor(TaskExecutor):
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
         payload = task.payload
-        source = subtitles.input_file(ctx, payload, "audio_path")
+        source = await ctx.payload_input(payload, "audio_path")
         length = int(outputs.payload_number(payload, "duration_sec", 120, low=0, high=86_400))
         backend = ctx.backend or CHROMAPRINT
         if backend not in (CHROMAPRINT, ACOUSTID):

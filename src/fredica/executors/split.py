@@ -258,7 +258,7 @@ class SplitAudioExecutor(TaskExecutor):
         if not outputs.caches(task, *policies):
             return None
         try:
-            source = audio.payload_input(ctx, task.payload, "audio_path")
+            source = await ctx.payload_input(task.payload, "audio_path")
             out_dir = audio.payload_output(ctx, task.payload, "output_dir", "chunks")
         except errors.TaskError:
             return None
@@ -266,7 +266,7 @@ class SplitAudioExecutor(TaskExecutor):
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
         payload = task.payload
-        source = audio.payload_input(ctx, payload, "audio_path")
+        source = await ctx.payload_input(payload, "audio_path")
         out_dir = audio.payload_output(ctx, payload, "output_dir", "chunks")
         chunk_sec = outputs.payload_number(
             payload, "chunk_duration_sec", DEFAULT_CHUNK_SEC, low=1, high=MAX_CHUNK_SEC

@@ -97,8 +97,8 @@ class SyncSubtitleExecutor(TaskExecutor):
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
         payload = task.payload
-        media = subtitles.input_file(ctx, payload, "video_path", "audio_path")
-        source = subtitles.input_file(ctx, payload, "subtitle_path", "srt_path")
+        media = await ctx.payload_input(payload, "video_path", "audio_path")
+        source = await ctx.payload_input(payload, "subtitle_path", "srt_path")
         max_offset = outputs.payload_number(payload, "max_offset_sec", 60, low=0.1, high=3600)
         if payload.get("method", "audio") != "audio":
             raise errors.PayloadError("payload.method: only 'audio' alignment is supported")

@@ -52,15 +52,6 @@ RENDER_NODE = "/dev/dri/renderD128"
 CPU_ENCODER = ["-c:v", "libx264", "-preset", "veryfast", "-crf", "20"]
 
 
-def input_file(ctx: TaskContext, payload: dict[str, Any], *keys: str) -> Path:
-    """The first of `keys` the payload names, as an existing local file."""
-    for key in keys:
-        value = payload.get(key)
-        if isinstance(value, str) and value:
-            return ctx.input_path(outputs.resolve(ctx.data_dir, value))
-    raise errors.PayloadError(f"payload needs {' or '.join(keys)}")
-
-
 def output_file(ctx: TaskContext, payload: dict[str, Any], default: str) -> Path:
     value = payload.get("output_path")
     if value is not None and (not isinstance(value, str) or not value):
@@ -158,7 +149,7 @@ class ExtractSubtitleExecutor(TaskExecutor):
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
         payload = task.payload
-        source = input_file(ctx, payload, "video_path")
+        source = await ctx.payload_input(payload, "video_path")
         try:
             fmt = sf.SubtitleFormat(str(payload.get("output_format", "srt")).lower())
         except ValueError:
@@ -213,7 +204,7 @@ class FormatSubtitleExecutor(TaskExecutor):
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
         payload = task.payload
-        source = input_file(ctx, payload, "subtitle_path", "srt_path")
+        source = await ctx.payload_input(payload, "subtitle_path", "srt_path")
         cues, in_fmt = read_cues(source)
         try:
             fmt = sf.SubtitleFormat(str(payload.get("output_format") or in_fmt.value).lower())
@@ -279,9 +270,11 @@ class BurnSubtitleExecutor(TaskExecutor):
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
         payload = task.payload
-        source = input_file(ctx, payload, "video_path")
-        subs = input_file(ctx, payload, "subtitle_path", "srt_path")
-        audio = input_file(ctx, payload, "audio_path") if payload.get("audio_path") else None
+        source = await ctx.payload_input(payload, "video_path")
+        subs = await ctx.payload_input(payload, "subtitle_path", "srt_path")
+        audio = (
+            await ctx.payload_input(payload, "audio_path") if payload.get("audio_path") else None
+        )
         cues, fmt = read_cues(subs)
         if not cues:
             raise errors.PermanentError(f"{subs} has no subtitles to burn")
@@ -350,7 +343,7 @@ class BlurSubtitleRegionExecutor(TaskExecutor):
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
         payload = task.payload
-        source = input_file(ctx, payload, "video_path")
+        source = await ctx.payload_input(payload, "video_path")
         top, bottom = fraction(payload, "y_top_pct"), fraction(payload, "y_bottom_pct")
         if bottom <= top:
             raise errors.PayloadError(

@@ -338,10 +338,10 @@ def warm_in_child(reporter: SubprocessReporter, spec: dict[str, Any]) -> dict[st
     return _worker_report(time.monotonic() - loading)
 
 
-def _audio(task: models.Task, ctx: TaskContext) -> Path:
+async def _audio(task: models.Task, ctx: TaskContext) -> Path:
     path = outputs.payload_str(task.payload, "audio_path")
     assert path is not None
-    return ctx.input_path(outputs.resolve(ctx.data_dir, path))
+    return await ctx.input_path(path, task.file_node_id)
 
 
 def _tool_event(ctx: TaskContext, spec: dict[str, Any]) -> None:
@@ -361,7 +361,7 @@ class DetectLanguageExecutor(TaskExecutor):
     pausable = True
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
-        spec = _spec(task, ctx, _audio(task, ctx))
+        spec = _spec(task, ctx, await _audio(task, ctx))
         spec["sample_sec"] = outputs.payload_number(
             task.payload, "sample_sec", DEFAULT_SAMPLE_SEC, low=1, high=600
         )
@@ -385,7 +385,7 @@ class TranscribeChunkExecutor(TaskExecutor):
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
         payload = task.payload
-        spec = _spec(task, ctx, _audio(task, ctx))
+        spec = _spec(task, ctx, await _audio(task, ctx))
         prompt = payload.get("initial_prompt")
         if prompt is not None and not isinstance(prompt, str):
             raise errors.PayloadError("payload.initial_prompt must be a string or null")

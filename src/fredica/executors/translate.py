@@ -155,7 +155,7 @@ class TranslateTextExecutor(TaskExecutor):
         cues: list[sf.Cue] | None = None
         fmt = sf.SubtitleFormat.SRT
         if path:
-            source_file = subtitles.input_file(ctx, payload, "srt_path", "subtitle_path")
+            source_file = await ctx.payload_input(payload, "srt_path", "subtitle_path")
             cues, fmt = subtitles.read_cues(source_file)
             texts = [c.text.replace("\n", " ") for c in cues]
         elif isinstance(payload.get("text"), str):

@@ -186,7 +186,7 @@ class GenerateTtsExecutor(TaskExecutor):
         work = ctx.output_dir
         extra: dict[str, Any] = {}
         if payload.get("srt_path") or payload.get("subtitle_path"):
-            source = subtitles.input_file(ctx, payload, "srt_path", "subtitle_path")
+            source = await ctx.payload_input(payload, "srt_path", "subtitle_path")
             cues = [c for c in subtitles.read_cues(source)[0] if c.text.strip()]
             if not cues:
                 raise errors.PermanentError(f"{source} has no text to speak")

@@ -53,7 +53,6 @@ AUDIO_CODECS = {"aac": "aac", "opus": "libopus", "copy": "copy", "none": ""}
 
 
 # payload paths: absolute or relative to the data dir, exactly as the audio executors read them
-source_file = audio.payload_input
 target = audio.payload_output
 
 
@@ -113,7 +112,7 @@ class CachedExecutor(TaskExecutor):
     """CHECK_EXISTING through the output's sidecar (outputs.reusable): a subclass says where
     its index file is and what its inputs are (`locate`)."""
 
-    def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
+    async def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
         """(the output whose sidecar records the result, the inputs that made it)."""
         raise NotImplementedError
 
@@ -121,7 +120,7 @@ class CachedExecutor(TaskExecutor):
         if not outputs.caches(task):
             return None
         try:
-            index, inputs = self.locate(task, ctx)
+            index, inputs = await self.locate(task, ctx)
         except errors.TaskError:
             return None  # execute() reports the problem properly
         return outputs.reusable(index, self.task_type, inputs)
@@ -136,8 +135,8 @@ class CachedExecutor(TaskExecutor):
         return ExecuteResult(result)
 
 
-def _src(ctx: TaskContext, task: models.Task) -> Path:
-    return source_file(ctx, task.payload, "video_path", "input_path")
+async def _src(ctx: TaskContext, task: models.Task) -> Path:
+    return await ctx.payload_input(task.payload, "video_path", "input_path")
 
 
 # --- TRANSCODE ---------------------------------------------------------------------------------
@@ -226,17 +225,17 @@ class TranscodeExecutor(CachedExecutor):
             "backend": backend,
         }
 
-    def _paths(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Path]:
-        source = source_file(ctx, task.payload, "input_path", "video_path")
+    async def _paths(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Path]:
+        source = await ctx.payload_input(task.payload, "input_path", "video_path")
         container = str(task.payload.get("container") or "mp4")
         return source, target(ctx, task.payload, "output_path", f"transcoded.{container}")
 
-    def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
-        source, out = self._paths(task, ctx)
+    async def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
+        source, out = await self._paths(task, ctx)
         return out, self._inputs(task, source, ctx.backend or "ffmpeg-cpu")
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
-        source, out = self._paths(task, ctx)
+        source, out = await self._paths(task, ctx)
         backend = ctx.backend or "ffmpeg-cpu"
         before, after, encoder = transcode_args(backend, task.payload)
         info = await video_info(ctx, source)
@@ -290,17 +289,17 @@ class GenerateThumbnailExecutor(CachedExecutor):
             "cover_at_sec": payload.get("cover_at_sec"),
         }
 
-    def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
+    async def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
         out_dir = target(ctx, task.payload, "output_dir", "thumbnails")
         inputs = {
-            "source": outputs.fingerprint_file(_src(ctx, task)),
+            "source": outputs.fingerprint_file(await _src(ctx, task)),
             **self._settings(task.payload),
         }
         return out_dir / "index.json", inputs
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
-        source = _src(ctx, task)
-        index, inputs = self.locate(task, ctx)
+        source = await _src(ctx, task)
+        index, inputs = await self.locate(task, ctx)
         out_dir = index.parent
         s = self._settings(task.payload)
         info = await video_info(ctx, source)
@@ -374,10 +373,10 @@ class ExtractFramesExecutor(CachedExecutor):
             "end_sec": end,
         }
 
-    def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
+    async def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
         out_dir = target(ctx, task.payload, "output_dir", "frames")
         inputs = {
-            "source": outputs.fingerprint_file(_src(ctx, task)),
+            "source": outputs.fingerprint_file(await _src(ctx, task)),
             **self._settings(task.payload),
         }
         return out_dir / "index.json", inputs
@@ -393,8 +392,8 @@ class ExtractFramesExecutor(CachedExecutor):
         return found
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
-        source = _src(ctx, task)
-        index, inputs = self.locate(task, ctx)
+        source = await _src(ctx, task)
+        index, inputs = await self.locate(task, ctx)
         out_dir = index.parent
         s = self._settings(task.payload)
         info = await video_info(ctx, source)
@@ -455,16 +454,16 @@ class FingerprintVideoExecutor(CachedExecutor):
     def _fps(self, payload: dict[str, Any]) -> float:
         return outputs.payload_number(payload, "fps", 1, low=0.05, high=10)
 
-    def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
+    async def locate(self, task: models.Task, ctx: TaskContext) -> tuple[Path, Any]:
         out = target(ctx, task.payload, "output_path", "fingerprint.json")
         return out, {
-            "source": outputs.fingerprint_file(_src(ctx, task)),
+            "source": outputs.fingerprint_file(await _src(ctx, task)),
             "fps": self._fps(task.payload),
         }
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
-        source = _src(ctx, task)
-        out, inputs = self.locate(task, ctx)
+        source = await _src(ctx, task)
+        out, inputs = await self.locate(task, ctx)
         fps = self._fps(task.payload)
         info = await video_info(ctx, source)
         side = phash.SIDE

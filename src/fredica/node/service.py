@@ -21,6 +21,7 @@ from typing import Any
 
 from fredica import auth
 from fredica.capabilities import catalog, task_types
+from fredica.cluster import files
 from fredica.cluster.membership import Membership
 from fredica.cluster.remote import RemoteOwner
 from fredica.cluster.router import OwnerRouter
@@ -110,6 +111,18 @@ class ChangeFeed:
         return self.version
 
 
+class RegistryPeers:
+    """Peers' addresses from the node registry (`PeerDirectory` of `cluster.files`): the
+    membership code keeps a row for every peer it knows, with the address it listens on."""
+
+    def __init__(self, store: TaskStore) -> None:
+        self._store = store
+
+    async def address(self, node_id: str) -> str | None:
+        rows = await self._store.list_nodes()
+        return next((row.address for row in rows if row.id == node_id), None)
+
+
 class Node:
     def __init__(
         self,
@@ -166,6 +179,13 @@ class Node:
         self._presence: asyncio.Task[None] | None = None
         self._lock = DataDirLock(settings.data_dir)
         self._background: set[asyncio.Future[Any]] = set()
+        hashes = files.FileHashes()
+        private = [settings.config_path] if settings.config_path is not None else []
+        #: what peers may read from this node (`/files/serve`), and how it reads theirs
+        self.files = files.LocalFiles(settings.data_dir, hashes, private)
+        self.peer_files = files.PeerFiles(
+            settings.data_dir, self.cluster_secret, RegistryPeers(store), hashes=hashes
+        )
 
     @property
     def node_id(self) -> str:
@@ -205,6 +225,8 @@ class Node:
             forgiven = await self._store.forgive_silence()
             if forgiven:
                 logger.info("%d task(s) running on peers: heard from now", forgiven)
+        if self.cluster_secret:  # without it no peer would answer
+            self.engine.peer_files = self.peer_files
         self.recovery = await self.engine.start()
         await self._store.set_config(KEY_RECOVERY, json.dumps(self.recovery.summary()))
         await self.register_self()
@@ -551,6 +573,11 @@ class Node:
             info={**local, **detected},
         )
         return cluster.view(rows, self.node_id, live)
+
+    async def served_file(self, path: str) -> files.ServedFile:
+        """A file of this node's data dir for a peer (`GET /files/serve`), with its sha256.
+        Raises `files.PathRefused` (a malformed path, a directory) or `NotFound`."""
+        return await self.files.stat(path)
 
     # --- crash recovery (seed 001 §7.5) ---------------------------------------------------------
     def _run(self) -> recovery.Run:

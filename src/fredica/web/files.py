@@ -15,6 +15,7 @@ from fastapi.responses import FileResponse
 from starlette.responses import Response
 
 from fredica.api import deps, errors
+from fredica.cluster import files as cluster_files
 from fredica.domain import errors as domain_errors
 
 router = APIRouter(tags=["web"])
@@ -61,18 +62,13 @@ def resolve_result_file(data_dir: Path, task_id: str, name: str) -> ResultFile |
     """
     if not SAFE_TASK_ID.match(task_id) or ".." in task_id:
         return "invalid task id"
-    parts = name.split("/")
-    if not name or "\x00" in name or "\\" in name or name.startswith("/"):
-        return "invalid file name"
-    if any(part in ("", ".", "..") for part in parts):
-        return "file name must not contain empty, '.' or '..' segments"
     root = (data_dir / "results").resolve()
     base = (root / task_id).resolve()
-    if base.parent != root:  # the task dir itself is a symlink leading elsewhere
-        return None
-    target = (base / name).resolve()
-    if not target.is_relative_to(base) or not target.is_file():
-        return None
+    target = cluster_files.resolve_under(base, name)
+    if isinstance(target, str):
+        return target
+    if base.parent != root or target is None or not target.is_file():
+        return None  # (or the task dir itself is a symlink leading elsewhere)
     return ResultFile(base, target)
 
 
