@@ -28,8 +28,8 @@ from fredica.engine.backends import BackendSelector
 from fredica.engine.registry import Registry
 from fredica.engine.wakeups import CoalescedCall
 from fredica.engine.worker import EngineSettings, WorkerEngine
-from fredica.executors import network_test
-from fredica.node import cluster, quality, recovery
+from fredica.executors import network_test, tasklog
+from fredica.node import cluster, quality, recovery, task_files
 from fredica.node.lock import DataDirLock
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
 from fredica.pipelines.templates import BuildContext
@@ -342,6 +342,22 @@ class Node:
         self.changes.notify(pipeline_id)
         return await self._store.get_pipeline(pipeline_id)
 
+    async def retry_pipeline(self, pipeline_id: str) -> tuple[models.Pipeline, list[str]]:
+        """Every failed or cancelled task of the pipeline back to pending at once; returns the
+        pipeline and those tasks' ids (`IllegalTransition` if there are none)."""
+        retried = await self._store.retry_pipeline(pipeline_id)
+        self.engine.wake()
+        self.changes.notify(pipeline_id)
+        return await self._store.get_pipeline(pipeline_id), retried
+
+    async def delete_pipeline(self, pipeline_id: str) -> list[str]:
+        """Remove a finished pipeline with its tasks, events, result files and task logs;
+        returns the ids of the tasks removed (`Conflict` while any task is active)."""
+        task_ids = await self._store.delete_pipeline(pipeline_id)
+        await asyncio.to_thread(task_files.remove, self.settings.data_dir, task_ids)
+        self.changes.notify(pipeline_id)
+        return task_ids
+
     # --- tasks -----------------------------------------------------------------------------
     async def task_action(self, task_id: str, action: str) -> models.Task:
         if action == "cancel":
@@ -533,6 +549,16 @@ class Node:
 
     async def task_events(self, task_id: str) -> list[models.TaskEvent]:
         return await self._store.task_events(task_id)
+
+    async def task_log(
+        self, task_id: str, attempt: int | None = None, offset: int = 0
+    ) -> tasklog.LogChunk:
+        """What an attempt of the task printed (None: its latest attempt that left a log),
+        from logical byte `offset`; `NotFound` names what is missing."""
+        await self._store.get_task(task_id)  # NotFound for a task that does not exist
+        return await asyncio.to_thread(
+            tasklog.read, self.settings.data_dir, task_id, attempt, offset
+        )
 
     async def count_by_status(self) -> dict[str, int]:
         return await self._store.count_by_status()
