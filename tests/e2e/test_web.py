@@ -284,15 +284,8 @@ def test_task_log_follows_live_then_retry_and_delete_from_the_pipeline_page(
     served.start()
     release = tmp_path / "release"
     payload = {"succeed_on": 2, "hold": 60, "release": str(release)}
-    created = api(
-        served,
-        "POST",
-        "/api/v1/pipelines",
-        json={
-            "template": "custom",
-            "tasks": [{"ref": "p", "type": "TEST_PRINT", "payload": payload}],
-        },
-    )
+    body = {"template": "custom", "tasks": [{"ref": "p", "type": "TEST_PRINT", "payload": payload}]}
+    created = api(served, "POST", "/api/v1/pipelines", json=body)
     pipeline_id, task_id = created["pipeline_id"], created["tasks"]["p"]
     page = open_page(f"{served.url}/pipelines/{pipeline_id}")
     # The running task's log is shown and grows without a reload

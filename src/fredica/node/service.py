@@ -29,7 +29,7 @@ from fredica.engine.registry import Registry
 from fredica.engine.wakeups import CoalescedCall
 from fredica.engine.worker import EngineSettings, WorkerEngine
 from fredica.executors import network_test, tasklog
-from fredica.node import cluster, quality, recovery, task_files
+from fredica.node import cluster, quality, recovery, servable, task_files
 from fredica.node.lock import DataDirLock
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
 from fredica.pipelines.templates import BuildContext
@@ -206,6 +206,7 @@ class Node:
                 last_seen_at=0.0,  # the store stamps its own time
                 address=self.address,
                 info={
+                    "task_types": sorted(self.servable_types()),
                     "running": self.engine.running_count,
                     "quarantine": self.engine.quarantine.reason
                     if self.engine.quarantine.active
@@ -317,11 +318,39 @@ class Node:
                 len(spec.tasks),
                 recent,
             )
+        await self._refuse_unservable(spec)
         pipeline, deduplicated = await self._store.create_pipeline(spec)
         if not deduplicated:
             self.changes.notify(pipeline.id)
             self.engine.wake()
         return pipeline, deduplicated
+
+    async def _refuse_unservable(self, spec: models.NewPipeline) -> None:
+        """`InvalidRequest` naming the task types of `spec` that no known node (any row of the
+        node registry, this node by its live view) can ever run."""
+        selector = self.engine.selector
+        if selector is None:  # not started: what this node can do is not known yet
+            return
+        rows = await self._store.list_nodes()
+        views = [servable.NodeView.of(r) for r in rows if r.id != self.node_id]
+        views.append(
+            servable.NodeView(
+                self.node_id,
+                frozenset(c.function for c in selector.capabilities),
+                self.servable_types(),
+            )
+        )
+        found = servable.unservable(spec.tasks, views, selector.plugin_functions)
+        if found:
+            raise errors.InvalidRequest(servable.describe(found, selector.why_not))
+
+    def servable_types(self) -> frozenset[str]:
+        """Task types this node can run at all (executor here, capability declared), busy or
+        not: what it tells the cluster in its registry row."""
+        selector = self.engine.selector
+        if selector is None:
+            return self.registry.task_types
+        return selector.claimable_types(self.registry.task_types)
 
     async def network_test(
         self, request: NetworkTestRequest, publisher: auth.Publisher | None = None
