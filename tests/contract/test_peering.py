@@ -90,9 +90,7 @@ async def test_the_outbox_keeps_one_result_per_attempt_until_done(store) -> None
     assert [i.task_id for i in await store.outbox_list()] == ["t2"]
 
 
-async def test_after_its_own_downtime_an_owner_forgives_its_claimers_silence(
-    store, clock
-) -> None:
+async def test_after_its_own_downtime_an_owner_forgives_its_claimers_silence(store, clock) -> None:
     await make_pipeline(store, NewTask("T", id="mine"), NewTask("T", id="theirs"))
     await claim_one(store)  # this node runs one
     await claim_one(store, node_id="node-b")  # a peer runs the other

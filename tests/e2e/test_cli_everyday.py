@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -264,3 +265,95 @@ def test_failure_summaries_name_upstream_tasks_by_ref(served: ServedNode, tmp_pa
     result = served.cli("pipeline", "create", "custom", "--tasks", str(tasks), "-f", check=False)
     assert result.returncode == 1
     assert "upstream task boom failed" in result.stdout, result.stdout
+
+
+def _print_pipeline(served: ServedNode, path: Path, payload: dict[str, object]) -> tuple[str, str]:
+    """Create a pipeline of one TEST_PRINT task; returns (pipeline id, task id)."""
+    path.write_text(json.dumps([{"ref": "p", "type": "TEST_PRINT", "payload": payload}]))
+    out = served.cli("pipeline", "create", "custom", "--tasks", str(path)).stdout
+    pipeline_id = out.split()[1]
+    data = json.loads(served.cli("pipeline", "show", pipeline_id, "--json").stdout)
+    return pipeline_id, data["tasks"][0]["id"]
+
+
+def _wait_status(served: ServedNode, pipeline_id: str, wanted: str) -> None:
+    with served.client() as client:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if client.get(f"/api/v1/pipelines/{pipeline_id}").json()["status"] == wanted:
+                return
+            time.sleep(0.1)  # polling the node's state, with a deadline
+    raise AssertionError(f"pipeline {pipeline_id} never became {wanted}")
+
+
+def test_pipeline_retry_delete_and_task_log(served: ServedNode, tmp_path: Path) -> None:
+    served.start()
+    pipeline_id, task_id = _print_pipeline(served, tmp_path / "p.json", {"succeed_on": 2})
+    _wait_status(served, pipeline_id, "failed")
+    retried = served.cli("pipeline", "retry", pipeline_id[:8]).stdout
+    assert f"pipeline {pipeline_id}: " in retried and "1 task(s) queued again" in retried
+    _wait_status(served, pipeline_id, "completed")
+    nothing = served.cli("pipeline", "retry", pipeline_id[:8], check=False)
+    assert nothing.returncode == 1 and "409: " in nothing.stderr
+    assert "no failed or cancelled tasks" in nothing.stderr
+
+    log = served.cli("task", "log", task_id[:8]).stdout
+    assert "program err 0" in log and "child out 1" in log and "attempt 2 printed" in log
+    first = served.cli("task", "log", task_id[:8], "--attempt", "1").stdout
+    assert "attempt 1 printed" in first and "attempt 2 printed" not in first
+    missing = served.cli("task", "log", task_id[:8], "--attempt", "5", check=False)
+    assert missing.returncode == 1
+    assert f"task {task_id} has no log of attempt 5 (logged: 1, 2)" in missing.stderr
+
+    # deleting asks first; without a terminal to ask on it refuses and deletes nothing
+    unasked = subprocess.run(
+        [sys.executable, "-m", "fredica", "pipeline", "delete", pipeline_id[:8],
+         "--node", served.url],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, env=served.env(), timeout=60,
+    )  # fmt: skip
+    assert unasked.returncode == 1 and "pass --yes" in unasked.stderr
+    assert "Traceback" not in unasked.stderr
+    deleted = served.cli("pipeline", "delete", pipeline_id[:8], "--yes").stdout
+    assert deleted.strip() == f"pipeline {pipeline_id} deleted (1 tasks)"
+    gone = served.cli("pipeline", "show", pipeline_id, check=False)
+    assert gone.returncode == 1 and "404" in gone.stderr
+    assert not (served.data_dir / "logs" / "tasks" / task_id).exists()
+    assert not (served.data_dir / "results" / task_id).exists()
+
+
+def test_task_log_follow_prints_a_running_task_until_it_ends(
+    served: ServedNode, tmp_path: Path
+) -> None:
+    served.start()
+    release = tmp_path / "release"
+    pipeline_id, task_id = _print_pipeline(
+        served, tmp_path / "p.json", {"hold": 30, "release": str(release)}
+    )
+    busy = served.cli("pipeline", "delete", pipeline_id, "--yes", check=False)
+    assert busy.returncode == 1 and "has 1 active task" in busy.stderr
+    with subprocess.Popen(
+        [sys.executable, "-m", "fredica", "task", "log", task_id[:8], "-f", "--node", served.url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=served.env(),
+    ) as proc:  # fmt: skip
+        assert proc.stdout is not None and proc.stderr is not None
+        seen: list[str] = []
+        for line in proc.stdout:  # the log arrives while the task runs
+            seen.append(line)
+            if line.startswith("tick 2"):
+                break
+        else:
+            raise AssertionError("".join(seen) + proc.stderr.read())
+        with served.client() as client:
+            assert client.get(f"/api/v1/tasks/{task_id}").json()["status"] == "running"
+        release.touch()
+        watchdog = threading.Timer(30, proc.kill)  # the command must end with its task
+        watchdog.start()
+        try:
+            rest = proc.stdout.read()  # the same buffered reader: nothing read ahead is lost
+            code = proc.wait()
+        finally:
+            watchdog.cancel()
+        assert code == 0, proc.stderr.read()
+    text = "".join(seen) + rest
+    assert "attempt 1 printed" in text
+    assert "exit code 0" in text.splitlines()[-1]  # printed to the end of the attempt

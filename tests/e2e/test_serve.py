@@ -142,7 +142,7 @@ def test_sigterm_is_a_clean_stop_that_releases_work(served: ServedNode) -> None:
         # released, not failed: a clean stop does not spend the task's retries
         assert task["retry_count"] == 0 and task["status"] in ("pending", "running")
         assert "released" in [e["event_type"] for e in task["events"]]
-        client.delete(f"/api/v1/pipelines/{created['pipeline_id']}")
+        client.post(f"/api/v1/pipelines/{created['pipeline_id']}/cancel")
 
 
 def test_invalid_worker_yaml_refuses_to_start(served: ServedNode) -> None:

@@ -278,6 +278,60 @@ def test_pipeline_from_dialog_live_progress_pause_resume_dag_and_cancel(
     assert Path(saved).read_text() == '{"words": 42}'
 
 
+def test_task_log_follows_live_then_retry_and_delete_from_the_pipeline_page(
+    served: ServedNode, open_page: Callable[..., Page], tmp_path: Path
+) -> None:
+    served.start()
+    release = tmp_path / "release"
+    payload = {"succeed_on": 2, "hold": 60, "release": str(release)}
+    body = {"template": "custom", "tasks": [{"ref": "p", "type": "TEST_PRINT", "payload": payload}]}
+    created = api(served, "POST", "/api/v1/pipelines", json=body)
+    pipeline_id, task_id = created["pipeline_id"], created["tasks"]["p"]
+    page = open_page(f"{served.url}/pipelines/{pipeline_id}")
+    # The running task's log is shown and grows without a reload
+    log = page.locator(f".task-log[data-task-id='{task_id}'] pre.log-view")
+    expect(log).to_contain_text("program err 0", timeout=WAIT_MS)
+    expect(log).to_contain_text("tick 1", timeout=WAIT_MS)
+    expect(log).to_contain_text("tick 4", timeout=WAIT_MS)
+    assert api(served, "GET", f"/api/v1/tasks/{task_id}")["status"] == "running"
+    retry, delete = page.locator("#retry-pipeline"), page.locator("#delete-pipeline")
+    expect(retry).to_be_hidden()
+    expect(delete).to_be_hidden()
+
+    # When the attempt fails, the whole pipeline can be retried from its page
+    release.touch()
+    expect(page.locator(".pipeline-status")).to_have_attribute(
+        "data-status", "failed", timeout=WAIT_MS
+    )
+    expect(log).to_contain_text("attempt 1 printed")
+    expect(retry).to_have_text("重试失败的任务")
+    expect(delete).to_have_text("删除流水线")
+    expect(page.locator("#cancel-pipeline")).to_be_hidden()
+    retry.click()
+    expect(page.locator(".pipeline-status")).to_have_attribute(
+        "data-status", "completed", timeout=WAIT_MS
+    )
+    # the log follows the new attempt; the earlier one stays readable
+    expect(log).to_contain_text("attempt 2 printed", timeout=WAIT_MS)
+    attempts = page.locator(f".task-log[data-task-id='{task_id}'] select.log-attempt")
+    expect(attempts.locator("option")).to_have_text(["第 1 次尝试", "第 2 次尝试"])
+    attempts.select_option("1")
+    expect(log).to_contain_text("attempt 1 printed")
+    expect(log).not_to_contain_text("attempt 2 printed")
+    screenshot(page, "task-log")
+
+    # Delete asks first; declined, nothing happens; accepted, the page goes back to the list
+    page.once("dialog", lambda d: d.dismiss())
+    delete.click()
+    assert api(served, "GET", f"/api/v1/pipelines/{pipeline_id}")["status"] == "completed"
+    page.once("dialog", lambda d: d.accept())
+    delete.click()
+    page.wait_for_url("**/processing")
+    with served.client() as client:
+        assert client.get(f"/api/v1/pipelines/{pipeline_id}").status_code == 404
+    assert not (served.data_dir / "logs" / "tasks" / task_id).exists()
+
+
 def test_lists_load_more_pages_with_the_cursor(
     served: ServedNode, open_page: Callable[..., Page]
 ) -> None:

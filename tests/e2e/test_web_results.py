@@ -230,7 +230,7 @@ def test_processing_page_fits_and_names_files(
             screenshot(page, f"processing-{size[0]}-{locale[:2]}")
         _close(page)
     finally:
-        _api(node, "DELETE", f"/api/v1/pipelines/{running}")
+        _api(node, "POST", f"/api/v1/pipelines/{running}/cancel")
 
 
 @pytest.mark.parametrize("locale", LOCALES)

@@ -5,30 +5,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from fredica.api.app import create_app
 from fredica.cli.demo import local_http_server
-from fredica.node import compose
-from fredica.node.service import Node
-
-from .test_engine import fast_settings
-
-
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Node]]:
-    node = compose.build_node(fast_settings(tmp_path))
-    await node.start()
-    app = create_app(node, manage_lifecycle=False)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://node") as client:
-        yield client, node
-    await node.stop(grace=1)
 
 
 async def wait_pipeline(client: httpx.AsyncClient, pid: str, timeout: float = 20) -> dict[str, Any]:
@@ -249,11 +231,12 @@ async def test_task_actions_and_their_refusals(api) -> None:
     assert (await client.get(f"/api/v1/tasks/{f}")).json()["error_type"] == "AWAITING_CREDENTIAL"
     assert (await client.post(f"/api/v1/tasks/{f}/pause")).status_code == 409
     assert (await client.post(f"/api/v1/tasks/{f}/skip")).json()["status"] == "skipped"
-    r = await client.delete(f"/api/v1/pipelines/{created['pipeline_id']}")
+    r = await client.post(f"/api/v1/pipelines/{created['pipeline_id']}/cancel")
     assert r.status_code == 202
     data = await wait_pipeline(client, created["pipeline_id"])
     assert data["status"] == "cancelled"
-    assert (await client.delete(f"/api/v1/pipelines/{created['pipeline_id']}")).status_code == 409
+    again = await client.post(f"/api/v1/pipelines/{created['pipeline_id']}/cancel")
+    assert again.status_code == 409
 
 
 async def test_network_test_route_measures_real_latency(api) -> None:

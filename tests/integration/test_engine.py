@@ -18,6 +18,8 @@ from fredica.engine.worker import EngineSettings
 from fredica.node import compose
 from fredica.node.service import DB_FILENAME, Node, NodeSettings
 from fredica.pipelines.request import PipelineRequest
+from fredica.store.base import NodeRecord
+from fredica.store.sqlite import SQLiteTaskStore
 
 S = TaskStatus
 
@@ -523,6 +525,11 @@ async def test_a_node_claims_only_what_it_can_serve(tmp_path: Path) -> None:
     try:
         assert "TEST_ANALYZE" not in n.engine.claimable_types()
         assert "TEST_SLEEP" in n.engine.claimable_types()
+        # a known peer declares AI_ANALYZE (else the pipeline is refused: test_api_unservable)
+        peer = SQLiteTaskStore(tmp_path / "fredica.db", "peer")
+        record = NodeRecord("peer", "h", [{"function": "AI_ANALYZE"}], "offline", 1, 0, None, {})
+        await peer.upsert_node(record)
+        await peer.close()
         pid, refs = await create(
             n,
             [

@@ -28,18 +28,14 @@ from fredica.store.sqlite import SQLiteTaskStore
 from fredica.web import events as web_events
 from fredica.web.app import create_app
 
+from .conftest import node_client
 from .test_engine import fast_settings
 
 
 @pytest.fixture
 async def web(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Node]]:
-    node = compose.build_node(fast_settings(tmp_path / "data"))
-    await node.start()
-    app = create_app(node, manage_lifecycle=False)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://node") as client:
-        yield client, node
-    await node.stop(grace=1)
+    async with node_client(tmp_path / "data", create_app) as pair:
+        yield pair
 
 
 @contextlib.asynccontextmanager

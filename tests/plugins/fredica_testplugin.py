@@ -195,6 +195,57 @@ class SubprocessExecutor(TaskExecutor):
         return ExecuteResult(value)
 
 
+PRINT_SCRIPT = """
+import sys
+for i in range(int(sys.argv[1])):
+    print(f"program out {i}", flush=True)
+    print(f"program err {i}", file=sys.stderr, flush=True)
+"""
+
+
+def print_in_child(reporter: SubprocessReporter, lines: int) -> int:
+    """Child process: prints and logs, as a model library would."""
+    import logging
+
+    for i in range(lines):
+        print(f"child out {i}", flush=True)
+        print(f"child err {i}", file=sys.stderr, flush=True)
+    logging.getLogger("fredica.testplugin.child").info("child logged %d lines", lines)
+    return lines
+
+
+class PrintExecutor(TaskExecutor):
+    """Prints through a program and a child Python process and logs a record, then holds for
+    `hold` seconds (checkpoints every 20 ms; `release` file: stop holding early), printing
+    `tick` lines while it holds; fails (PERMANENT) while its attempt is below `succeed_on`."""
+
+    task_type = "TEST_PRINT"
+    pausable = True
+
+    async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
+        import asyncio
+        import logging
+
+        lines = int(task.payload.get("lines", 2))
+        await ctx.run_process(
+            [sys.executable, "-c", PRINT_SCRIPT, str(lines)], capture_stdout=False
+        )
+        await ctx.run_in_subprocess(print_in_child, lines)
+        logging.getLogger("fredica.testplugin").warning("attempt %d printed", task.attempt)
+        release = task.payload.get("release")
+        end = time.monotonic() + float(task.payload.get("hold", 0))
+        tick = 0
+        while time.monotonic() < end and not (release and Path(release).exists()):
+            await ctx.checkpoint()
+            await ctx.run_process(["sh", "-c", f"echo tick {tick} >&2"])
+            tick += 1
+            await asyncio.sleep(0.05)
+        if task.attempt < int(task.payload.get("succeed_on", 1)):
+            raise errors.PermanentError(f"attempt {task.attempt} fails on purpose")
+        (ctx.output_dir / "printed.txt").write_text(f"{lines} lines\n")
+        return ExecuteResult({"attempt": task.attempt, "ticks": tick})
+
+
 class FailExecutor(TaskExecutor):
     """Fails with `error_type` until attempt `succeed_on_attempt` (if given)."""
 
@@ -335,6 +386,7 @@ def register(registry: Registry) -> None:
         ToolExecutor(),
         BurnExecutor(),
         SubprocessExecutor(),
+        PrintExecutor(),
         FailExecutor(),
         SkipExistingExecutor(),
         AnalyzeExecutor(),

@@ -1,4 +1,5 @@
-"""Pipelines: create (from a template or explicit tasks), list, show, cancel; the templates;
+"""Pipelines: create (from a template or explicit tasks), list, show, cancel, retry, delete; the
+templates;
 and the seed's `NetworkTestRoute` (Appendix A), which creates a network-test pipeline."""
 
 from __future__ import annotations
@@ -55,9 +56,27 @@ async def get_pipeline(pipeline_id: str, node: deps.NodeDep) -> dict[str, Any]:
     return {**pipeline.to_json(), "tasks": [t.to_json() for t in tasks]}
 
 
-@router.delete("/api/v1/pipelines/{pipeline_id}", status_code=202)
+@router.post("/api/v1/pipelines/{pipeline_id}/cancel", status_code=202)
 async def cancel_pipeline(pipeline_id: str, node: deps.NodeDep) -> dict[str, Any]:
+    """Cancel: tasks not running end at once, running ones are stopped; the pipeline is
+    `cancelling` until every task is terminal. 409 if it already ended."""
     return (await node.cancel_pipeline(pipeline_id)).to_json()
+
+
+@router.post("/api/v1/pipelines/{pipeline_id}/retry")
+async def retry_pipeline(pipeline_id: str, node: deps.NodeDep) -> dict[str, Any]:
+    """Every failed or cancelled task back to pending in one step (their dependents cancelled
+    because of them run again too). 409 if there is nothing to retry."""
+    pipeline, retried = await node.retry_pipeline(pipeline_id)
+    return {**pipeline.to_json(), "retried": retried}
+
+
+@router.delete("/api/v1/pipelines/{pipeline_id}")
+async def delete_pipeline(pipeline_id: str, node: deps.NodeDep) -> dict[str, Any]:
+    """Delete a finished pipeline: its tasks, their events, result files and logs. 409 naming
+    how many tasks are still active (cancel it first)."""
+    removed = await node.delete_pipeline(pipeline_id)
+    return {"pipeline_id": pipeline_id, "deleted": True, "deleted_tasks": len(removed)}
 
 
 @router.get("/api/v1/templates")

@@ -1,10 +1,11 @@
-"""Tasks: list, show with events, user actions; and the seed's `WorkerTaskListRoute`."""
+"""Tasks: list, show with events, logs, user actions; and the seed's `WorkerTaskListRoute`."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from fastapi.responses import PlainTextResponse
 
 from fredica.api import deps
 from fredica.domain import errors
@@ -51,6 +52,38 @@ async def list_tasks(
 async def get_task(task_id: str, node: deps.NodeDep) -> dict[str, Any]:
     task, events = await node.task_with_events(task_id)
     return {**task.to_json(), "events": [e.to_json() for e in events]}
+
+
+@router.get("/api/v1/tasks/{task_id}/log", response_class=PlainTextResponse)
+async def task_log(
+    task_id: str,
+    node: deps.NodeDep,
+    attempt: Annotated[
+        int | None, Query(ge=1, description="Which attempt (default: the latest one logged).")
+    ] = None,
+    offset: Annotated[
+        int,
+        Query(
+            ge=0,
+            description="Only the text after this byte: the `X-Log-End` of an earlier answer "
+            "(follow a running task's log).",
+        ),
+    ] = 0,
+) -> PlainTextResponse:
+    """What an attempt printed (its commands, their stderr, its executor's log records; the
+    last 1 MiB). Headers: `X-Log-Attempt`, `X-Log-Attempts` (every attempt with a log),
+    `X-Log-End` (pass as `offset` to read only what comes next). 404 naming what is missing."""
+    chunk = await node.task_log(task_id, attempt, offset)
+    return PlainTextResponse(
+        chunk.text,
+        headers={
+            "X-Log-Attempt": str(chunk.attempt),
+            "X-Log-Attempts": ",".join(str(a) for a in chunk.attempts),
+            "X-Log-Start": str(chunk.start),
+            "X-Log-End": str(chunk.end),
+            "Cache-Control": "no-store",
+        },
+    )
 
 
 @router.post("/api/v1/tasks/{task_id}/{action}")

@@ -79,6 +79,17 @@ class Client:
         )
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self.send(method, path, **kwargs)
+        try:
+            return response.json()
+        except ValueError:
+            die(f"{self.base}{path} did not answer with JSON; is it a fredica node?", 2)
+
+    def send(
+        self, method: str, path: str, *, allow: tuple[int, ...] = (), **kwargs: Any
+    ) -> httpx.Response:
+        """The node's answer; an error answer (unless its status is in `allow`) or no answer
+        at all ends the command with one line."""
         try:
             response = self.http.request(method, path, **kwargs)
         except httpx.ConnectError:
@@ -87,14 +98,13 @@ class Client:
             die(f"the node at {self.base} did not answer in time", 2)
         except httpx.HTTPError as exc:
             die(f"talking to the node at {self.base} failed: {exc}", 2)
+        if response.status_code in allow:
+            return response
         if response.status_code == 401:
             die(f"401: {detail(response)} (set FREDICA_TOKEN to a publisher token)")
         if response.status_code >= 400:
             die(f"{response.status_code}: {detail(response)}")
-        try:
-            return response.json()
-        except ValueError:
-            die(f"{self.base}{path} did not answer with JSON; is it a fredica node?", 2)
+        return response
 
 
 def detail(response: httpx.Response) -> str:

@@ -242,7 +242,7 @@ def _interrupted(
         return INTERRUPTED
     # the node was started for this command and stops with it: cancel the pipeline first so its
     # running tasks end now instead of holding the node's shutdown for the grace period
-    client.request("DELETE", f"/api/v1/pipelines/{pipeline_id}")
+    client.request("POST", f"/api/v1/pipelines/{pipeline_id}/cancel")
     console.print(
         f"interrupted: pipeline {pipeline_id} was cancelled and the node started for this "
         "command is stopping; run the command again to start over",

@@ -26,8 +26,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-pipeline_app = typer.Typer(help="Create, list, show and cancel pipelines.", no_args_is_help=True)
-task_app = typer.Typer(help="List tasks and control one task.", no_args_is_help=True)
+pipeline_app = typer.Typer(
+    help="Create, list, show, cancel, retry and delete pipelines.", no_args_is_help=True
+)
+task_app = typer.Typer(help="List tasks, control one task, read its log.", no_args_is_help=True)
 app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(task_app, name="task")
 
@@ -286,8 +288,43 @@ def pipeline_cancel(pipeline_id: str, node: NodeOpt = DEFAULT_NODE) -> None:
     """Cancel a pipeline (running tasks are stopped; it ends `cancelled`)."""
     client = Client(node)
     pipeline_id = cli_client.resolve_pipeline_id(client, pipeline_id)
-    data = client.request("DELETE", f"/api/v1/pipelines/{pipeline_id}")
+    data = client.request("POST", f"/api/v1/pipelines/{pipeline_id}/cancel")
     console.print(f"pipeline {pipeline_id}: {data['status']}")
+
+
+@pipeline_app.command("retry")
+def pipeline_retry(pipeline_id: str, node: NodeOpt = DEFAULT_NODE) -> None:
+    """Run every failed or cancelled task of a pipeline again (their dependents too)."""
+    client = Client(node)
+    pipeline_id = cli_client.resolve_pipeline_id(client, pipeline_id)
+    data = client.request("POST", f"/api/v1/pipelines/{pipeline_id}/retry")
+    console.print(
+        f"pipeline {pipeline_id}: {data['status']}, {len(data['retried'])} task(s) queued again"
+    )
+
+
+@pipeline_app.command("delete")
+def pipeline_delete(
+    pipeline_id: str,
+    node: NodeOpt = DEFAULT_NODE,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a finished pipeline with its tasks, result files and logs (cancel it first)."""
+    client = Client(node)
+    pipeline_id = cli_client.resolve_pipeline_id(client, pipeline_id)
+    if not yes:
+        data = client.request("GET", f"/api/v1/pipelines/{pipeline_id}")
+        what = (
+            f"pipeline {pipeline_id} ({data['template']}, {remote.material_name(data)}, "
+            f"{data['total_tasks']} tasks, {data['status']})"
+        )
+        if not sys.stdin.isatty():
+            die(f"not deleting {what} without confirmation; pass --yes")
+        if not typer.confirm(f"Delete {what} with its result files and logs?", default=False):
+            err_console.print("not deleted")
+            raise typer.Exit(1)
+    data = client.request("DELETE", f"/api/v1/pipelines/{pipeline_id}")
+    console.print(f"pipeline {pipeline_id} deleted ({data['deleted_tasks']} tasks)")
 
 
 # --- tasks --------------------------------------------------------------------------------------
@@ -371,6 +408,24 @@ def task_retry(task_id: str, node: NodeOpt = DEFAULT_NODE) -> None:
 def task_skip(task_id: str, node: NodeOpt = DEFAULT_NODE) -> None:
     """Skip a pending, failed or cancelled task (its dependents may run)."""
     _task_action("skip", task_id, node)
+
+
+@task_app.command("log")
+def task_log(
+    task_id: str,
+    node: NodeOpt = DEFAULT_NODE,
+    attempt: Annotated[
+        int | None, typer.Option(min=1, help="Which attempt (default: the latest).")
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until the task ends.")
+    ] = False,
+) -> None:
+    """Print what a task's attempt printed: the commands it ran and their output (the last
+    1 MiB; any unique prefix of its ID works)."""
+    client = Client(node)
+    task_id = cli_client.resolve_task_id(client, task_id)
+    raise typer.Exit(remote.print_log(client, task_id, attempt, follow))
 
 
 @task_app.command("show")

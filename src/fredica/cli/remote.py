@@ -3,6 +3,7 @@ one clear line and an exit code, and the live view of a pipeline (`--follow`, th
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ STATUS_STYLE = {
     "partial_failed": "red",
 }
 TERMINAL_PIPELINE = {"completed", "failed", "cancelled", "partial_failed"}
+TERMINAL_TASK = {"completed", "failed", "cancelled", "skipped"}
 
 
 die = client.die
@@ -88,3 +90,41 @@ def follow(api: Client, pipeline_id: str) -> int:
     if not console.is_terminal:
         console.line()  # Live ends its last frame with a newline only on a terminal
     return 0 if data["status"] == "completed" else 1
+
+
+LOG_POLL_SEC = 0.5  # seconds between reads of a followed task log
+
+
+def print_log(api: Client, task_id: str, attempt: int | None, follow: bool) -> int:
+    """Print a task's log (`attempt`, else its latest); with `follow`, keep printing what is
+    added (a new attempt's log too, when none was chosen) until the task ends. Returns the
+    exit code: 0, or 1 when there is no log to print (the node's reason on stderr)."""
+    shown: int | None = None
+    offset = 0
+    while True:
+        params: dict[str, Any] = {}
+        if attempt or shown:
+            params["attempt"] = attempt or shown
+        if shown is not None:
+            params["offset"] = offset
+        # the task's state before the read: a task that had ended is printed to its end
+        task = api.request("GET", f"/api/v1/tasks/{task_id}") if follow else None
+        answer = api.send("GET", f"/api/v1/tasks/{task_id}/log", params=params, allow=(404,))
+        if answer.status_code == 404:
+            if task is None or task["status"] in TERMINAL_TASK:
+                err_console.print(f"[red]error:[/red] {detail(answer)}", highlight=False)
+                return 1
+        else:
+            latest = int(answer.headers["X-Log-Attempts"].split(",")[-1])
+            if attempt is None and shown is not None and latest > shown:
+                shown, offset = latest, 0  # a new attempt began: follow it from its start
+                continue
+            current = int(answer.headers["X-Log-Attempt"])
+            if follow and current != shown:
+                err_console.print(f"--- attempt {current} ---", style="dim", highlight=False)
+            shown, offset = current, int(answer.headers["X-Log-End"])
+            console.file.write(answer.text)
+            console.file.flush()
+        if task is None or task["status"] in TERMINAL_TASK:
+            return 0
+        time.sleep(LOG_POLL_SEC)

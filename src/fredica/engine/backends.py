@@ -48,6 +48,8 @@ class BackendSelector:
     plugin_functions: dict[str, F | None] = field(default_factory=dict)
     backend_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     hardware: declare.HardwareScores | None = None
+    #: every backend considered at start-up, declared or not, with the reason
+    declarations: tuple[declare.Declaration, ...] = ()
     _gates: dict[frozenset[str], tuple[frozenset[str] | None, frozenset[str] | None]] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -71,7 +73,20 @@ class BackendSelector:
             dict(plugin_functions),
             _backend_configs(cfg),
             hardware,
+            tuple(declarations),
         )
+
+    def why_not(self, function: F) -> str:
+        """Why this node does not declare `function` ("" if it does): the reasons its
+        backends were not declared, e.g. the worker.yaml key that disables them."""
+        if any(c.function is function for c in self.capabilities):
+            return ""
+        reasons = dict.fromkeys(
+            f"{d.backend}: {d.reason}" if d.backend else d.reason
+            for d in self.declarations
+            if d.function is function and not d.declared
+        )
+        return "; ".join(reasons) or f"no backend for {function.value} is known here"
 
     def runtime_cache_updates(self, cfg: config.WorkerConfig) -> dict[str, object]:
         """`_runtime` values that differ from the file's (seed 001 §2.7.1 score cache)."""

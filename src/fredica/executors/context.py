@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fredica.domain import errors, models
-from fredica.executors import outputs, process
+from fredica.executors import outputs, process, tasklog
 from fredica.executors.control import TaskControl
 
 logger = logging.getLogger(__name__)
@@ -65,6 +65,14 @@ class TaskContext:
     last_progress: int = 0
     #: fetches inputs that other nodes hold (None: this node fetches nothing)
     peer_files: FileFetcher | None = None
+    #: this attempt's log (`executors.tasklog`): what its processes print goes there
+    log: tasklog.TaskLog = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.log = tasklog.TaskLog(tasklog.log_path(self.data_dir, self.task.id, self.task.attempt))
+        # The context is made in the asyncio task that runs this attempt: the executor's
+        # `logging` records from here on (and from threads and tasks it starts) go to its log.
+        tasklog.bind(self.log)
 
     # --- progress and signals -------------------------------------------------------------
     def progress(self, pct: float, note: str | None = None) -> None:
@@ -75,6 +83,7 @@ class TaskContext:
 
     def event(self, event_type: str, message: str | None = None) -> None:
         self.sink.event(self.task, event_type, message)
+        self.log.line(f"{event_type}: {message}" if message else event_type)
 
     async def checkpoint(self) -> None:
         """Block while the task is paused; raise `TaskCancelled` if it was cancelled."""
@@ -169,6 +178,7 @@ class TaskContext:
             on_stderr_line=on_stderr_line,
             capture_stdout=capture_stdout,
             check=check,
+            log=self.log,
         )
 
     async def run_in_subprocess(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -184,4 +194,5 @@ class TaskContext:
             kwargs,
             self.control,
             on_progress=lambda pct, note: self.progress(pct, note),
+            log=self.log,
         )

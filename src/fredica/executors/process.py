@@ -17,15 +17,20 @@ import logging
 import multiprocessing
 import os
 import queue
+import select
+import shlex
 import shutil
 import signal
+import sys
+import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from fredica.domain import errors, models
-from fredica.executors import ledger
+from fredica.executors import ledger, tasklog
 from fredica.executors.control import TaskControl
 
 logger = logging.getLogger(__name__)
@@ -63,6 +68,7 @@ async def _pump(
     sink: list[str],
     on_line: Callable[[str], None] | None,
     keep: bool,
+    log: tasklog.TaskLog | None = None,
 ) -> None:
     if stream is None:
         return
@@ -71,8 +77,12 @@ async def _pump(
         chunk = await stream.read(65536)
         if not chunk:
             break
-        if keep:
-            sink.append(chunk.decode(errors="replace"))
+        if keep or log is not None:
+            text = chunk.decode(errors="replace")
+            if keep:
+                sink.append(text)
+            if log is not None:
+                log.write(text)
         if on_line is not None:
             buf += chunk
             # ffmpeg ends progress lines with \r; treat both as line ends.
@@ -108,8 +118,10 @@ async def run_process(
     on_stderr_line: Callable[[str], None] | None = None,
     capture_stdout: bool = True,
     check: bool = True,
+    log: tasklog.TaskLog | None = None,
 ) -> ProcessResult:
-    """Run `argv` under `control`; see the module docstring."""
+    """Run `argv` under `control`; see the module docstring. With `log`, the command line, its
+    stderr, its stdout unless captured as data, and how it ended go to that task log."""
     await control.checkpoint()
     if shutil.which(argv[0]) is None:
         missing = "not executable" if os.path.exists(argv[0]) else "not found"
@@ -132,11 +144,14 @@ async def run_process(
     except PermissionError as exc:
         raise errors.PermanentError(f"program not executable: {argv[0]}") from exc
     control.attach_process_group(proc.pid)
+    began = time.monotonic()
+    if log is not None:
+        log.line("$ " + shlex.join(argv))
     out: list[str] = []
     err: list[str] = []
     pumps = asyncio.gather(
-        _pump(proc.stdout, out, on_stdout_line, capture_stdout),
-        _pump(proc.stderr, err, on_stderr_line, True),
+        _pump(proc.stdout, out, on_stdout_line, capture_stdout, None if capture_stdout else log),
+        _pump(proc.stderr, err, on_stderr_line, True, log),
     )
     waiter = asyncio.ensure_future(proc.wait())
     cancel_wait = asyncio.ensure_future(control.wait_cancelled())
@@ -155,6 +170,9 @@ async def run_process(
     finally:
         cancel_wait.cancel()
         control.detach_process_group(proc.pid)
+        if log is not None:
+            ended = "still running" if proc.returncode is None else f"exit code {proc.returncode}"
+            log.line(f"{os.path.basename(argv[0])}: {ended} after {time.monotonic() - began:.1f}s")
     stderr = "".join(err)
     if control.cancelled:
         raise errors.TaskCancelled(control.cancel_reason)
@@ -208,10 +226,13 @@ def _child_main(
     kwargs: dict[str, Any],
     status_queue: Any,
     resume_event: Any,
+    output: Any = None,
 ) -> None:
     with contextlib.suppress(OSError):
         os.setsid()  # own process group: pause/cancel reach anything this child starts
     ledger.set_pdeathsig()  # dies with the node
+    if output is not None:
+        _send_output_to(output)
     reporter = SubprocessReporter(status_queue, resume_event)
     try:
         value = fn(reporter, *args, **kwargs)
@@ -239,6 +260,52 @@ def _child_main(
     status_queue.join_thread()
 
 
+def _send_output_to(output: Any) -> None:
+    """In the child: its stdout and stderr (its own, native libraries', the programs it starts)
+    and its `logging` records go to the pipe the parent copies into the task log."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(output.fileno(), 1)
+    os.dup2(output.fileno(), 2)
+    output.close()
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    )
+
+
+class _OutputCopier:
+    """The parent's side: copies the child's output pipe into the task log on a thread, until
+    the pipe ends (every writer gone) or `stop` is called."""
+
+    def __init__(self, reader: Any, log: tasklog.TaskLog) -> None:
+        self._reader = reader
+        self._log = log
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._copy, name="fredica-child-output", daemon=True)
+        self._thread.start()
+
+    def _copy(self) -> None:
+        fd = self._reader.fileno()
+        while True:
+            ready, _, _ = select.select([fd], [], [], QUEUE_POLL)
+            if not ready:
+                if self._stopping.is_set():
+                    return
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return
+            self._log.write(chunk.decode(errors="replace"))
+
+    async def stop(self, wait: float = 1.0) -> None:
+        """Give the pipe `wait` seconds to end (a process the child started may still hold
+        it), then stop copying and close it."""
+        await asyncio.to_thread(self._thread.join, wait)
+        self._stopping.set()
+        await asyncio.to_thread(self._thread.join)
+        self._reader.close()
+
+
 _ERROR_CLASSES: dict[str, type[errors.TaskError]] = {
     models.ErrorType.TRANSIENT.value: errors.TransientError,
     models.ErrorType.RESOURCE.value: errors.ResourceError,
@@ -264,17 +331,46 @@ async def run_in_subprocess(
     control: TaskControl,
     *,
     on_progress: Callable[[float, str | None], None] | None = None,
+    log: tasklog.TaskLog | None = None,
 ) -> Any:
-    """Run `fn(reporter, *args, **kwargs)` in a spawned child; see the module docstring."""
+    """Run `fn(reporter, *args, **kwargs)` in a spawned child; see the module docstring. With
+    `log`, the child's stdout, stderr and `logging` records go to that task log."""
     await control.checkpoint()
     ctx = multiprocessing.get_context("spawn")
     status_queue = ctx.Queue()
     resume_event = ctx.Event()
     resume_event.set()
+    reader, writer = ctx.Pipe(duplex=False) if log is not None else (None, None)
     child = ctx.Process(
-        target=_child_main, args=(fn, args, kwargs, status_queue, resume_event), daemon=True
+        target=_child_main,
+        args=(fn, args, kwargs, status_queue, resume_event, writer),
+        daemon=True,
     )
-    child.start()
+    try:
+        child.start()
+    except BaseException:
+        if reader is not None:
+            reader.close()
+        raise
+    finally:
+        if writer is not None:
+            writer.close()  # the child has its own copy: the pipe ends when the child does
+    copier = _OutputCopier(reader, log) if reader is not None and log is not None else None
+    try:
+        return await _supervise(child, status_queue, resume_event, control, on_progress)
+    finally:
+        if copier is not None:
+            await copier.stop()
+
+
+async def _supervise(
+    child: Any,
+    status_queue: Any,
+    resume_event: Any,
+    control: TaskControl,
+    on_progress: Callable[[float, str | None], None] | None,
+) -> Any:
+    """Relay the started child's messages until its outcome (see `run_in_subprocess`)."""
     assert child.pid is not None
     pid = child.pid
     control.attach_process_group(pid)

@@ -33,8 +33,8 @@ from fredica.engine.backends import BackendSelector
 from fredica.engine.registry import Registry
 from fredica.engine.wakeups import CoalescedCall
 from fredica.engine.worker import EngineSettings, WorkerEngine
-from fredica.executors import network_test
-from fredica.node import cluster, quality, recovery
+from fredica.executors import network_test, tasklog
+from fredica.node import cluster, quality, recovery, servable, task_files
 from fredica.node.lock import DataDirLock
 from fredica.node.peers import PeerDesk
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
@@ -266,6 +266,7 @@ class Node:
                 last_seen_at=0.0,  # the store stamps its own time
                 address=self.address,
                 info={
+                    "task_types": sorted(self.servable_types()),
                     "running": self.engine.running_count,
                     "quarantine": self.engine.quarantine.reason
                     if self.engine.quarantine.active
@@ -432,11 +433,39 @@ class Node:
                 len(spec.tasks),
                 recent,
             )
+        await self._refuse_unservable(spec)
         pipeline, deduplicated = await self._store.create_pipeline(spec)
         if not deduplicated:
             self.changes.notify(pipeline.id)
             self.engine.wake()
         return pipeline, deduplicated
+
+    async def _refuse_unservable(self, spec: models.NewPipeline) -> None:
+        """`InvalidRequest` naming the task types of `spec` that no known node (any row of the
+        node registry, this node by its live view) can ever run."""
+        selector = self.engine.selector
+        if selector is None:  # not started: what this node can do is not known yet
+            return
+        rows = await self._store.list_nodes()
+        views = [servable.NodeView.of(r) for r in rows if r.id != self.node_id]
+        views.append(
+            servable.NodeView(
+                self.node_id,
+                frozenset(c.function for c in selector.capabilities),
+                self.servable_types(),
+            )
+        )
+        found = servable.unservable(spec.tasks, views, selector.plugin_functions)
+        if found:
+            raise errors.InvalidRequest(servable.describe(found, selector.why_not))
+
+    def servable_types(self) -> frozenset[str]:
+        """Task types this node can run at all (executor here, capability declared), busy or
+        not: what it tells the cluster in its registry row."""
+        selector = self.engine.selector
+        if selector is None:
+            return self.registry.task_types
+        return selector.claimable_types(self.registry.task_types)
 
     async def network_test(
         self, request: NetworkTestRequest, publisher: auth.Publisher | None = None
@@ -456,6 +485,22 @@ class Node:
         self._signal(outcomes)
         self.changes.notify(pipeline_id)
         return await self._store.get_pipeline(pipeline_id)
+
+    async def retry_pipeline(self, pipeline_id: str) -> tuple[models.Pipeline, list[str]]:
+        """Every failed or cancelled task of the pipeline back to pending at once; returns the
+        pipeline and those tasks' ids (`IllegalTransition` if there are none)."""
+        retried = await self._store.retry_pipeline(pipeline_id)
+        self.engine.wake()
+        self.changes.notify(pipeline_id)
+        return await self._store.get_pipeline(pipeline_id), retried
+
+    async def delete_pipeline(self, pipeline_id: str) -> list[str]:
+        """Remove a finished pipeline with its tasks, events, result files and task logs;
+        returns the ids of the tasks removed (`Conflict` while any task is active)."""
+        task_ids = await self._store.delete_pipeline(pipeline_id)
+        await asyncio.to_thread(task_files.remove, self.settings.data_dir, task_ids)
+        self.changes.notify(pipeline_id)
+        return task_ids
 
     # --- tasks -----------------------------------------------------------------------------
     async def task_action(self, task_id: str, action: str) -> models.Task:
@@ -669,6 +714,16 @@ class Node:
 
     async def task_events(self, task_id: str) -> list[models.TaskEvent]:
         return await self._store.task_events(task_id)
+
+    async def task_log(
+        self, task_id: str, attempt: int | None = None, offset: int = 0
+    ) -> tasklog.LogChunk:
+        """What an attempt of the task printed (None: its latest attempt that left a log),
+        from logical byte `offset`; `NotFound` names what is missing."""
+        await self._store.get_task(task_id)  # NotFound for a task that does not exist
+        return await asyncio.to_thread(
+            tasklog.read, self.settings.data_dir, task_id, attempt, offset
+        )
 
     async def count_by_status(self) -> dict[str, int]:
         return await self._store.count_by_status()

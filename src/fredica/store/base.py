@@ -456,6 +456,20 @@ class TaskStore(ABC):
     async def skip_task(self, task_id: str, reason: str = "skipped by user") -> Task:
         """pending/failed/cancelled -> skipped (satisfies dependents)."""
 
+    @abstractmethod
+    async def retry_pipeline(self, pipeline_id: str) -> list[str]:
+        """Every failed or cancelled task of the pipeline -> pending in one transaction, as
+        `retry_task` does for one (dependents cancelled because of them are revived; the
+        pipeline's cancel request is withdrawn). Returns the ids of those tasks;
+        `IllegalTransition` if it has none, `NotFound` if the pipeline does not exist."""
+
+    @abstractmethod
+    async def delete_pipeline(self, pipeline_id: str) -> list[str]:
+        """Remove a pipeline whose tasks are all terminal, with its tasks, their events and
+        dependency edges, in one transaction; its counters leave `count_by_status` with it.
+        Returns the ids of the tasks removed (their files are the caller's). `Conflict`
+        naming how many tasks are still active, else `NotFound`."""
+
     # liveness and recovery (only rows this store is authoritative for)
     @abstractmethod
     async def monitor(self, liveness: Liveness) -> MonitorReport:

@@ -26,6 +26,7 @@ from fredica.store.work import apply_failure
 
 S = TaskStatus
 _CANCELLABLE_DIRECTLY = (S.PENDING, S.CLAIMED, S.STALE, S.RECLAIMED)
+_RETRYABLE = (S.FAILED, S.CANCELLED)
 _TERMINAL_PIPELINES = "('completed', 'failed', 'cancelled', 'partial_failed')"
 
 
@@ -84,9 +85,13 @@ def add_task(tx: Tx, spec: NewTask, pipeline_id: str | None) -> Task:
     return to_task(tx.task_row(task_id))
 
 
-def get_pipeline(tx: Tx, pipeline_id: str) -> Pipeline:
+def get_pipeline(tx: Tx, pipeline_id: str, lock: bool = False) -> Pipeline:
+    """The pipeline (NotFound if absent); with `lock`, its row is locked for this transaction
+    where the database locks rows."""
     row = tx.q(
-        f"SELECT {PIPELINE_COLUMNS} FROM pipeline_instance WHERE id = ?", (pipeline_id,)
+        f"SELECT {PIPELINE_COLUMNS} FROM pipeline_instance WHERE id = ?"
+        f"{tx.dialect.lock if lock else ''}",
+        (pipeline_id,),
     ).fetchone()
     if row is None:
         raise errors.NotFound(f"pipeline {pipeline_id} not found")
@@ -157,7 +162,7 @@ def cancel_pipeline(tx: Tx, pipeline_id: str, reason: str) -> list[CancelOutcome
 def retry_task(tx: Tx, task_id: str) -> Task:
     row = tx.task_row(task_id)
     status = TaskStatus(row["status"])
-    if status not in (S.FAILED, S.CANCELLED):
+    if status not in _RETRYABLE:
         raise errors.IllegalTransition(
             f"task {task_id} is {status.value}; only failed or cancelled tasks can be retried"
         )
@@ -166,6 +171,12 @@ def retry_task(tx: Tx, task_id: str) -> Task:
             "UPDATE pipeline_instance SET cancel_requested = 0 WHERE id = ?",
             (row["pipeline_id"],),
         )
+    _retry_row(tx, row)
+    return to_task(tx.task_row(task_id))
+
+
+def _retry_row(tx: Tx, row: Row) -> None:
+    """failed/cancelled -> pending as if new (the retry budget is whole again)."""
     tx.transition(
         row,
         S.PENDING,
@@ -180,7 +191,63 @@ def retry_task(tx: Tx, task_id: str) -> Task:
         progress=0,
         cancel_requested=0,
     )
-    return to_task(tx.task_row(task_id))
+
+
+def retry_pipeline(tx: Tx, pipeline_id: str) -> list[str]:
+    """Every failed or cancelled task of the pipeline back to pending, oldest first: a parent
+    retried first revives the dependents cancelled because of it, the rest are retried as
+    they come. Returns the ids now pending again."""
+    get_pipeline(tx, pipeline_id, lock=True)
+    ids = [
+        r["id"]
+        for r in tx.q(
+            "SELECT id FROM task WHERE pipeline_id = ? AND status IN ('failed', 'cancelled') "
+            "ORDER BY created_at, ord",
+            (pipeline_id,),
+        )
+    ]
+    if not ids:
+        raise errors.IllegalTransition(
+            f"pipeline {pipeline_id} has no failed or cancelled tasks to retry"
+        )
+    tx.q("UPDATE pipeline_instance SET cancel_requested = 0 WHERE id = ?", (pipeline_id,))
+    tx.touch_pipeline(pipeline_id)
+    for task_id in ids:
+        row = tx.task_row(task_id)
+        if TaskStatus(row["status"]) in _RETRYABLE:  # else revived by a parent's retry
+            _retry_row(tx, row)
+    return ids
+
+
+def delete_pipeline(tx: Tx, pipeline_id: str) -> list[str]:
+    """Remove a finished pipeline: its row (and with it its counters), its tasks, their
+    events and dependency edges. Returns the ids of the tasks removed."""
+    get_pipeline(tx, pipeline_id, lock=True)
+    rows = list(
+        tx.q(
+            f"SELECT id, status FROM task WHERE pipeline_id = ? ORDER BY id{tx.dialect.lock}",
+            (pipeline_id,),
+        )
+    )
+    active = sum(1 for r in rows if not TaskStatus(r["status"]).is_terminal)
+    if active:
+        raise errors.Conflict(
+            f"pipeline {pipeline_id} has {active} active task{'s' if active != 1 else ''}; "
+            "cancel it and wait until they end before deleting it"
+        )
+    in_pipeline = "SELECT id FROM task WHERE pipeline_id = ?"
+    # events are indexed by their task's insertion order: name it, or every event is read
+    tx.q(
+        "DELETE FROM task_event WHERE task_ord IN (SELECT ord FROM task WHERE pipeline_id = ?) "
+        f"AND task_id IN ({in_pipeline})",
+        (pipeline_id, pipeline_id),
+    )
+    tx.q(f"DELETE FROM task_dep WHERE task_id IN ({in_pipeline})", (pipeline_id,))
+    tx.q(f"DELETE FROM task_dep WHERE parent_id IN ({in_pipeline})", (pipeline_id,))
+    tx.q("DELETE FROM task WHERE pipeline_id = ?", (pipeline_id,))
+    tx.q("DELETE FROM pipeline_instance WHERE id = ?", (pipeline_id,))
+    tx.mark_changed()
+    return [r["id"] for r in rows]
 
 
 def skip_task(tx: Tx, task_id: str, reason: str) -> Task:

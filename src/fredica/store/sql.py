@@ -304,6 +304,12 @@ class SQLStore(TaskStore):
     async def skip_task(self, task_id: str, reason: str = "skipped by user") -> Task:
         return await self._write(lambda tx: control.skip_task(tx, task_id, reason))
 
+    async def retry_pipeline(self, pipeline_id: str) -> list[str]:
+        return await self._write(lambda tx: control.retry_pipeline(tx, pipeline_id))
+
+    async def delete_pipeline(self, pipeline_id: str) -> list[str]:
+        return await self._write(lambda tx: control.delete_pipeline(tx, pipeline_id))
+
     # --- claims and reports ---------------------------------------------------------------------
     async def claim(self, flt: ClaimFilter, node_id: str | None = None) -> list[Task]:
         if (flt.limit <= 0 and flt.ahead <= 0) or (flt.types is not None and not flt.types):

@@ -93,6 +93,11 @@ class Tx:
         """Did this transaction change a task or pipeline row (they all carry its sequence)?"""
         return self._seq is not None
 
+    def mark_changed(self) -> None:
+        """Say that this transaction changed rows although it stamped none (it deleted them):
+        subscribers and other processes hear of it like any other change."""
+        _ = self.seq
+
     def q(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         return self.conn.execute(sql, params)
 

@@ -73,10 +73,11 @@ function askToken(reason) {
   return tokenPrompt;
 }
 
-/** Call the API; returns the parsed JSON body or throws ApiError with the server's message. */
-export async function api(method, path, body) {
+/** Send a request (asking for a token on a 401); returns the response and its text, or throws
+ * ApiError with the server's message. */
+async function send(method, path, body, accept) {
   for (let attempt = 0; ; attempt += 1) {
-    const headers = { Accept: "application/json" };
+    const headers = { Accept: accept };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     const token = getToken();
     if (token) headers.Authorization = `Bearer ${token}`;
@@ -90,8 +91,9 @@ export async function api(method, path, body) {
     } catch (err) {
       throw new ApiError(String(err.message || err), 0, null);
     }
-    let data = null;
     const text = await response.text();
+    if (response.ok) return { response, text };
+    let data = null;
     if (text) {
       try {
         data = JSON.parse(text);
@@ -103,14 +105,28 @@ export async function api(method, path, body) {
       const reason = data && (data.error || data.detail);
       if (await askToken(typeof reason === "string" ? reason : "")) continue;
     }
-    if (!response.ok) {
-      const detail = data && (data.error || data.detail);
-      const message =
-        typeof detail === "string" ? detail : detail ? JSON.stringify(detail) : response.statusText;
-      throw new ApiError(message || `HTTP ${response.status}`, response.status, data);
-    }
-    return data;
+    const detail = data && (data.error || data.detail);
+    const message =
+      typeof detail === "string" ? detail : detail ? JSON.stringify(detail) : response.statusText;
+    throw new ApiError(message || `HTTP ${response.status}`, response.status, data);
   }
+}
+
+/** Call the API; returns the parsed JSON body or throws ApiError with the server's message. */
+export async function api(method, path, body) {
+  const { text } = await send(method, path, body, "application/json");
+  if (!text) return null;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return { error: text };
+  }
+}
+
+/** GET a text answer (a task log): its text and headers. */
+export async function getText(path) {
+  const { response, text } = await send("GET", path, undefined, "text/plain");
+  return { text, headers: response.headers };
 }
 
 export const get = (path) => api("GET", path);

@@ -1,7 +1,7 @@
 // Pipeline detail /pipelines/{id}: the DAG, and for the chosen task its timeline, result,
 // error and output files. Updated live from server-sent events.
 
-import { del, get, withToken } from "./api.js";
+import { del, get, post, withToken } from "./api.js";
 import { t, typeName } from "./i18n.js";
 import { onLive } from "./live.js";
 import { drawDag } from "./dag.js";
@@ -25,6 +25,7 @@ import {
 } from "./dom.js";
 import { actionButtons, progressBar, updateActions, updateProgress } from "./tasks.js";
 import { findResults, renderResults } from "./results.js";
+import { logPanel } from "./tasklog.js";
 
 const DETAIL_REFRESH_MS = 400; // the chosen task's timeline is re-read at most this often
 
@@ -53,13 +54,51 @@ export function renderPipeline(app, pipelineId) {
     if (!confirm(t("pipeline.cancel_confirm"))) return;
     cancelButton.disabled = true;
     try {
-      view.pipeline = await del(`/api/v1/pipelines/${pipelineId}`);
+      view.pipeline = await post(`/api/v1/pipelines/${pipelineId}/cancel`);
       toast(t("pipeline.cancelled"));
       renderHead();
     } catch (err) {
       toast(err.message, "error");
     } finally {
       cancelButton.disabled = false;
+    }
+  });
+  const retryButton = h(
+    "button",
+    { type: "button", class: "btn", id: "retry-pipeline", hidden: true },
+    t("pipeline.retry"),
+  );
+  retryButton.addEventListener("click", async () => {
+    retryButton.disabled = true;
+    try {
+      const { retried, ...pipeline } = await post(`/api/v1/pipelines/${pipelineId}/retry`);
+      view.pipeline = { ...view.pipeline, ...pipeline };
+      toast(t("pipeline.retried", { n: retried.length }));
+      renderHead();
+      load();
+    } catch (err) {
+      toast(err.message, "error");
+    } finally {
+      retryButton.disabled = false;
+    }
+  });
+  const deleteButton = h(
+    "button",
+    { type: "button", class: "btn btn-danger", id: "delete-pipeline", hidden: true },
+    t("pipeline.delete"),
+  );
+  const backLink = h("a", { href: "/processing", "data-link": true, class: "back" }, t("pipeline.back"));
+  deleteButton.addEventListener("click", async () => {
+    const n = view.pipeline?.total_tasks ?? view.order.length;
+    if (!confirm(t("pipeline.delete_confirm", { n }))) return;
+    deleteButton.disabled = true;
+    try {
+      await del(`/api/v1/pipelines/${pipelineId}`);
+      toast(t("pipeline.deleted"));
+      backLink.click();
+    } catch (err) {
+      toast(err.message, "error");
+      deleteButton.disabled = false;
     }
   });
   const resultsBox = h("section", { class: "card results", id: "results", hidden: true });
@@ -74,8 +113,15 @@ export function renderPipeline(app, pipelineId) {
     h(
       "section",
       { class: "page page-pipeline", dataset: { pipelineId } },
-      h("a", { href: "/processing", "data-link": true, class: "back" }, t("pipeline.back")),
-      h("div", { class: "page-head" }, title, status, h("div", { class: "spacer" }), cancelButton),
+      backLink,
+      h(
+        "div",
+        { class: "page-head" },
+        title,
+        status,
+        h("div", { class: "spacer" }),
+        h("div", { class: "pipeline-actions" }, retryButton, cancelButton, deleteButton),
+      ),
       meta,
       resultsBox,
       h(
@@ -108,6 +154,8 @@ export function renderPipeline(app, pipelineId) {
       formatDateTime(p.created_at),
     ].join(" · ");
     cancelButton.hidden = PIPELINE_TERMINAL.has(p.status) || p.status === "cancelling";
+    retryButton.hidden = !(p.failed_tasks + p.cancelled_tasks > 0);
+    deleteButton.hidden = !PIPELINE_TERMINAL.has(p.status);
   }
 
   /** A task as people know it: its ref in the pipeline, else its type and short id. */
@@ -196,11 +244,14 @@ export function renderPipeline(app, pipelineId) {
         h("span", { class: "spacer" }),
         head._actions,
       );
-      detail.append(head, h("div", { class: "detail-body" }));
+      detail._log?.stop();
+      detail._log = logPanel(task.id);
+      detail.append(head, h("div", { class: "detail-body" }), detail._log.element);
     }
     clear(head.querySelector(".detail-status")).append(statusBadge(displayStatus(task)));
     updateProgress(head._progress, task);
     updateActions(head._actions, task);
+    detail._log.update(task);
 
     const body = clear(detail.querySelector(".detail-body"));
     const field = (label, value) => [h("dt", {}, label), h("dd", {}, value ?? "—")];
@@ -346,6 +397,7 @@ export function renderPipeline(app, pipelineId) {
   return () => {
     closed = true;
     off();
+    detail._log?.stop();
     clearTimeout(detailTimer);
     clearTimeout(resultsTimer);
   };

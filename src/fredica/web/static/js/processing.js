@@ -2,7 +2,7 @@
 // nodes, recent pipelines. Rows are updated in place from server-sent events. Both lists load
 // one page and follow the API's `next_cursor` on "load more".
 
-import { del, get } from "./api.js";
+import { get, post } from "./api.js";
 import { t, typeName } from "./i18n.js";
 import { onLive, state } from "./live.js";
 import { loadWebConfig, openNewPipeline } from "./dialogs.js";
@@ -431,7 +431,7 @@ export function renderProcessing(app) {
     cancel.addEventListener("click", async () => {
       if (!confirm(t("pipeline.cancel_confirm"))) return;
       try {
-        await del(`/api/v1/pipelines/${p.id}`);
+        await post(`/api/v1/pipelines/${p.id}/cancel`);
         toast(t("pipeline.cancelled"));
       } catch (err) {
         toast(err.message, "error");
