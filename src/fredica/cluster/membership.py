@@ -80,6 +80,8 @@ class Membership:
         self._record = record
         self._client = httpx.AsyncClient(timeout=timeout, trust_env=False)
         self._peers: dict[str, Peer] = {}  # address -> peer
+        #: more addresses of a known peer, or of this node: not asked again
+        self._aliases: set[str] = set()
         for seed in seeds:
             self.add(seed)
         self._task: asyncio.Task[None] | None = None
@@ -93,7 +95,7 @@ class Membership:
         """Remember a peer address (`host:port` or a URL)."""
         url = address if "://" in address else f"http://{address}"
         url = url.rstrip("/")
-        if url != self.self_address and url not in self._peers:
+        if url != self.self_address and url not in self._peers and url not in self._aliases:
             self._peers[url] = Peer(url)
 
     # --- the router's view (router.Owners) -------------------------------------------------
@@ -165,8 +167,14 @@ class Membership:
             self._failed(peer, exc)
             return
         node_id = str(info.get("node_id") or "")
-        if not node_id or node_id == self.self_id:
-            self._peers.pop(peer.address, None)  # ourselves under another name
+        known_as = next(
+            (p for p in self._peers.values() if p.node_id == node_id and p is not peer), None
+        )
+        if not node_id or node_id == self.self_id or known_as is not None:
+            # ourselves, or a peer already known at another address (the first one stays:
+            # a seed may name a route, e.g. a proxy, that peer exchange would bypass)
+            self._peers.pop(peer.address, None)
+            self._aliases.add(peer.address)
             return
         owner = self._answered(peer, node_id, info)
         await self._contact(peer, owner)

@@ -1,0 +1,147 @@
+"""Real `fredica serve` nodes forming a home cluster on loopback, for the cluster tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from fredica.cli.demo import free_port
+from tests.e2e.conftest import ServedNode, wait_until
+
+SECRET = "home-cluster-test-secret"
+
+CONFIG = """\
+node:
+  max_workers: 2
+  shutdown_grace_sec: 2
+cluster:
+  cluster_secret: "{secret}"
+  seeds: [{seeds}]
+  heartbeat_interval_sec: 0.2
+  stale_after_sec: 1.5
+  reclaim_after_sec: 3
+scheduling:
+  poll_interval_sec: 0.1
+  idle_poll_interval_sec: 0.3
+plugins:
+  - fredica_testplugin
+capabilities:
+  ai_analyze:
+    enabled: {analyze}
+"""
+
+
+class Cluster:
+    def __init__(self, nodes: dict[str, ServedNode]) -> None:
+        self.nodes = nodes
+        self.ids: dict[str, str] = {}
+
+    def start(self, name: str) -> None:
+        node = self.nodes[name].start()
+        self.ids[name] = get(node, "/api/v1/status")["node_id"]
+
+    def start_all(self) -> None:
+        """Start every node; wait until each sees the other two online."""
+        self.start_some("".join(self.nodes))
+
+    def start_some(self, names: str) -> None:
+        """Start the nodes named; wait until each sees the others online."""
+        for name in names:
+            self.start(name)
+        for name in names:
+            node = self.nodes[name]
+            others = set(self.ids.values()) - {self.ids[name]}
+            wait_until(
+                lambda node=node, others=others: others <= online(node),
+                20,
+                f"{name} to see its peers",
+            )
+
+    def name_of(self, node_id: str) -> str:
+        return next(n for n, i in self.ids.items() if i == node_id)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {n}\n{s.log.read_text()[-4000:]}" for n, s in self.nodes.items())
+
+
+def get(node: ServedNode, path: str, **params: Any) -> Any:
+    with httpx.Client(base_url=node.url, timeout=10, trust_env=False) as client:
+        response = client.get(path, params=params)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+
+def online(node: ServedNode) -> set[str]:
+    return {n["id"] for n in get(node, "/api/v1/nodes")["nodes"] if n["status"] == "online"}
+
+
+def post(node: ServedNode, path: str, body: dict[str, Any]) -> Any:
+    with httpx.Client(base_url=node.url, timeout=10, trust_env=False) as client:
+        response = client.post(path, json=body)
+        assert response.status_code in (200, 201), response.text
+        return response.json()
+
+
+@contextlib.contextmanager
+def make_cluster(
+    tmp_path: Path, names: str = "abc", seed_of_a: Callable[[int], str] | None = None
+) -> Iterator[Cluster]:
+    """a: owner, cannot run TEST_EFFECT_AI; the others can. They know only a (seeds: a's
+    address, or `seed_of_a(a's port)`, e.g. a fault proxy in front of it) and learn each other
+    through peer exchange. Every node still running at the end is killed."""
+    ports = {name: free_port() for name in names}
+    nodes = {}
+    for name in names:
+        if name == "a":
+            seeds = ""
+        else:
+            seed = seed_of_a(ports["a"]) if seed_of_a else f"127.0.0.1:{ports['a']}"
+            seeds = f'"{seed}"'
+        config = tmp_path / f"{name}.yaml"
+        config.write_text(
+            CONFIG.format(secret=SECRET, seeds=seeds, analyze="false" if name == "a" else "true")
+        )
+        nodes[name] = ServedNode(
+            tmp_path / f"data-{name}", config, ports[name], tmp_path / f"{name}.log"
+        )
+    try:
+        yield Cluster(nodes)
+    finally:
+        for node in nodes.values():
+            if node.proc is not None and node.proc.poll() is None:
+                node.proc.kill()
+                node.proc.wait()
+
+
+def effects(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def pipeline_done(node: ServedNode, pid: str) -> dict[str, Any] | None:
+    data: dict[str, Any] = get(node, f"/api/v1/pipelines/{pid}")
+    return data if data["status"] in ("completed", "failed", "partial_failed") else None
+
+
+def b_runs_a_task_of_a(
+    cluster: Cluster, tmp_path: Path, seconds: float
+) -> tuple[ServedNode, ServedNode, Path, str]:
+    """a and b only (b is then the one node that can run TEST_EFFECT_AI): a task of a's of
+    `seconds` that b has started. Returns (a, b, the effect log, the pipeline id)."""
+    cluster.start_some("ab")
+    a, b = cluster.nodes["a"], cluster.nodes["b"]
+    log = tmp_path / "effects.jsonl"
+    task = {
+        "ref": "t",
+        "type": "TEST_EFFECT_AI",
+        "payload": {"effect_log": str(log), "seconds": seconds},
+    }
+    pid = post(a, "/api/v1/pipelines", {"template": "custom", "tasks": [task]})["pipeline_id"]
+    wait_until(lambda: effects(log), 20, "b to start the task")
+    return a, b, log, pid
