@@ -32,12 +32,7 @@ app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(task_app, name="task")
 
 DEFAULT_NODE = cli_client.DEFAULT_NODE
-NodeOpt = Annotated[
-    str,
-    typer.Option(
-        "--node", envvar="FREDICA_NODE", help="Node to talk to: host:port or http(s)://host:port."
-    ),
-]
+NodeOpt = cli_client.NodeOpt
 
 
 def _version(value: bool) -> None:
@@ -608,6 +603,15 @@ def _mount_config_commands() -> None:
 
 
 _mount_config_commands()
+
+
+def _mount_node_commands() -> None:
+    from fredica.cli import node_cmd
+
+    app.add_typer(node_cmd.node_app, name="node")
+
+
+_mount_node_commands()
 
 
 def main() -> None:
