@@ -21,6 +21,7 @@ from typing import Any
 
 from fredica import auth
 from fredica.capabilities import catalog, task_types
+from fredica.cluster import discovery
 from fredica.cluster.membership import Membership
 from fredica.cluster.router import OwnerRouter
 from fredica.config import schema as config
@@ -140,6 +141,12 @@ class Node:
                 store.upsert_node,
             )
             work_store = OwnerRouter(store, self.membership, self.peer_info)
+        #: zeroconf announce and browse (`cluster.mode: auto`); seeds only in `manual`
+        self.discovery: discovery.Discovery | None = None
+        if self.membership is not None and cfg.cluster.mode == "auto":
+            self.discovery = discovery.Discovery(
+                settings.node_id, settings.host, settings.port, self.membership
+            )
         self._wake_peers = CoalescedCall(self._push_wake)
         self.engine = WorkerEngine(
             work_store,
@@ -209,6 +216,8 @@ class Node:
         self._presence = asyncio.create_task(self._presence_loop(), name="fredica-presence")
         if self.membership is not None:
             self.membership.start()
+        if self.discovery is not None:
+            await self.discovery.start()
         logger.info(
             "node %s started (previous shutdown %s)",
             self.node_id,
@@ -268,7 +277,9 @@ class Node:
 
     @property
     def address(self) -> str:
-        return f"http://{self.settings.host}:{self.settings.port}"
+        """The URL peers reach this node at (a wildcard listen address is replaced by this
+        machine's own LAN address: `0.0.0.0` means nothing to another machine)."""
+        return f"http://{discovery.advertised_host(self.settings.host)}:{self.settings.port}"
 
     def lock_data_dir(self) -> None:
         """Take this node's data dir, or raise `DataDirInUse` naming the node that has it."""
@@ -352,6 +363,8 @@ class Node:
             self._presence.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._presence
+        if self.discovery is not None:
+            await self.discovery.stop()  # unregister (mDNS goodbye) while the network is up
         await self.engine.stop(grace)
         if self.membership is not None:
             await self.membership.stop()
