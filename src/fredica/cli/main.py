@@ -59,7 +59,10 @@ def serve(
     ] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Where the node keeps its state.")] = None,
     host: Annotated[str | None, typer.Option(help="Address to listen on.")] = None,
-    port: Annotated[int | None, typer.Option(help="Port to listen on (default 7631).")] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(envvar="FREDICA_PORT", help="Port to listen on (default: api.port, 7631)."),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run a node: the worker engine and the HTTP API."""
