@@ -20,6 +20,7 @@ node:
   max_workers: 2
   shutdown_grace_sec: 2
 cluster:
+  mode: manual  # seeds and peer exchange only (mDNS would also find other runs' nodes)
   cluster_secret: "{secret}"
   seeds: [{seeds}]
   heartbeat_interval_sec: 0.2

@@ -579,3 +579,28 @@ def test_event_stream_does_not_hold_up_sigterm(served: ServedNode) -> None:
     assert ended.wait(5), "the event stream did not end"
     log = served.log.read_text()
     assert "timeout graceful shutdown exceeded" not in log
+
+
+def test_drain_button_on_this_nodes_card(
+    served: ServedNode, open_page: Callable[..., Page]
+) -> None:
+    served.start()
+    labels = {
+        "zh-CN": ("排空", "排空中", "恢复领取", "在线"),
+        "en-US": ("Drain", "draining", "Undrain", "online"),
+    }
+    for locale, (drain, draining, undrain, online) in labels.items():
+        page = open_page(f"{served.url}/processing", locale=locale)
+        card = page.locator(".node-card[data-status]").filter(has=page.locator(".tag"))
+        expect(card.locator(".badge")).to_have_text(online)
+        # drain: the node claims nothing new, the card says so at once
+        expect(card.locator("button.node-drain")).to_have_text(drain)
+        card.locator("button.node-drain").click()
+        expect(card.locator(".badge")).to_have_text(draining, timeout=WAIT_MS)
+        status = api(served, "GET", "/api/v1/status")
+        assert status["draining"] is True and status["state"] == "draining"
+        # undrain from the same button
+        expect(card.locator("button.node-drain")).to_have_text(undrain)
+        card.locator("button.node-drain").click()
+        expect(card.locator(".badge")).to_have_text(online, timeout=WAIT_MS)
+        assert api(served, "GET", "/api/v1/status")["draining"] is False

@@ -1,4 +1,5 @@
-"""The node's own state: `/healthz`, `/metrics`, status, cluster nodes, restart log, changes."""
+"""The node's own state: `/healthz`, `/metrics`, status, cluster nodes, drain, restart log,
+changes."""
 
 from __future__ import annotations
 
@@ -68,7 +69,22 @@ async def status(node: deps.NodeDep) -> dict[str, Any]:
 
 @router.get("/api/v1/nodes")
 async def nodes(node: deps.NodeDep) -> dict[str, Any]:
-    return {"nodes": [n.to_json() for n in await node.nodes()]}
+    """Every node this node knows with its state (online, busy, draining, quarantined,
+    offline); `now` is the clock `last_seen_at` is measured by."""
+    rows, now = await node.node_table()
+    return {"nodes": [n.to_json() for n in rows], "now": now, "self": node.node_id}
+
+
+@router.post("/api/v1/node/drain")
+async def drain(node: deps.NodeDep) -> dict[str, Any]:
+    """Stop claiming new work; the running work finishes (`running` says how much is left)."""
+    return await node.drain()
+
+
+@router.post("/api/v1/node/undrain")
+async def undrain(node: deps.NodeDep) -> dict[str, Any]:
+    """Claim work again."""
+    return await node.undrain()
 
 
 @router.get("/api/v1/restart-log")

@@ -8,7 +8,7 @@ import os
 import re
 import socket
 from collections.abc import Iterator
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import httpx
 import typer
@@ -17,6 +17,13 @@ from rich.console import Console
 err_console = Console(stderr=True)
 
 DEFAULT_NODE = "http://127.0.0.1:7631"
+#: the `--node` option of every command that talks to a node
+NodeOpt = Annotated[
+    str,
+    typer.Option(
+        "--node", envvar="FREDICA_NODE", help="Node to talk to: host:port or http(s)://host:port."
+    ),
+]
 # the most rows searched for an ID prefix, read page by page (`limit` per page, capped by the
 # node's list endpoints at 100,000 tasks and 1,000 pipelines)
 TASK_LIST_LIMIT = 100_000

@@ -34,12 +34,7 @@ app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(task_app, name="task")
 
 DEFAULT_NODE = cli_client.DEFAULT_NODE
-NodeOpt = Annotated[
-    str,
-    typer.Option(
-        "--node", envvar="FREDICA_NODE", help="Node to talk to: host:port or http(s)://host:port."
-    ),
-]
+NodeOpt = cli_client.NodeOpt
 
 
 def _version(value: bool) -> None:
@@ -66,7 +61,10 @@ def serve(
     ] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Where the node keeps its state.")] = None,
     host: Annotated[str | None, typer.Option(help="Address to listen on.")] = None,
-    port: Annotated[int | None, typer.Option(help="Port to listen on (default 7631).")] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(envvar="FREDICA_PORT", help="Port to listen on (default: api.port, 7631)."),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run a node: the worker engine and the HTTP API."""
@@ -663,6 +661,15 @@ def _mount_config_commands() -> None:
 
 
 _mount_config_commands()
+
+
+def _mount_node_commands() -> None:
+    from fredica.cli import node_cmd
+
+    app.add_typer(node_cmd.node_app, name="node")
+
+
+_mount_node_commands()
 
 
 def main() -> None:

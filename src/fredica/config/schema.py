@@ -33,6 +33,8 @@ from fredica.config import template as config_template
 from fredica.domain import errors
 
 DEFAULT_CONFIG_PATH = Path(".data") / "worker.yaml"
+#: the environment variable that overrides `cluster.cluster_secret` (`apply_env`)
+CLUSTER_SECRET_ENV = "FREDICA_CLUSTER_SECRET"
 
 QualityModeName = Literal["quality", "balanced", "speed"]
 
@@ -417,13 +419,26 @@ def _yaml_error(path: Path, exc: YAMLError) -> errors.ConfigError:
 
 def load_config(path: Path) -> WorkerConfig:
     """Load and validate a worker.yaml. A missing file is an error; an empty file is all
-    defaults. Raises errors.ConfigError naming the file and the key path."""
+    defaults. Raises errors.ConfigError naming the file and the key path. Settings given in
+    the environment win over the file (`apply_env`)."""
     text = _read_text(path)
     try:
         data = YAML(typ="safe", pure=True).load(text)
     except YAMLError as exc:
         raise _yaml_error(path, exc) from None
-    return parse_config(data, source=str(path))
+    return apply_env(parse_config(data, source=str(path)))
+
+
+def apply_env(cfg: WorkerConfig) -> WorkerConfig:
+    """`$FREDICA_CLUSTER_SECRET`, when set and not empty, is `cluster.cluster_secret` (a
+    container or systemd unit reads it from an env file, so the secret stays out of
+    worker.yaml; it is never written back there)."""
+    secret = os.environ.get(CLUSTER_SECRET_ENV, "")
+    if not secret:
+        return cfg
+    return cfg.model_copy(
+        update={"cluster": cfg.cluster.model_copy(update={"cluster_secret": secret})}
+    )
 
 
 def default_config_path() -> Path:

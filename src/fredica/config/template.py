@@ -25,7 +25,7 @@ node:
 cluster:
   mode: "auto"            # auto (mDNS first, then seeds) | manual (seeds only)
   seeds: []               # peers across subnets, e.g. ["192.168.1.10:7631"]
-  cluster_secret: ""      # shared secret; must be identical on every node of the cluster
+  cluster_secret: ""      # shared secret, identical on every node ($FREDICA_CLUSTER_SECRET wins)
   # Timing thresholds in seconds (floats are fine; keep them equal on every node).
   heartbeat_interval_sec: 30.0
   stale_after_sec: 180.0      # no heartbeat for 3 min -> stale

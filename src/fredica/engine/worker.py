@@ -152,6 +152,8 @@ class WorkerEngine:
         self._early_cancels: dict[str, tuple[str, float]] = {}
         #: fetches inputs held by other nodes (set by the node when it has a cluster secret)
         self.peer_files: FileFetcher | None = None
+        #: `fredica node drain`: finish the running work, claim nothing new
+        self.draining = False
 
     @property
     def node_id(self) -> str:
@@ -455,10 +457,21 @@ class WorkerEngine:
         self._background.add(future)
         future.add_done_callback(self._background.discard)
 
+    def set_draining(self, draining: bool) -> None:
+        """Drain (claim nothing new; what was claimed ahead and not started goes back for
+        the other nodes) or stop draining (claim again at once)."""
+        self.draining = draining
+        if draining:
+            if self._queued:
+                self._background_call(self._release_queued("node draining"))
+        else:
+            self._wake.set()
+
     def claimable_types(self) -> frozenset[str]:
         """Task types with an executor here whose capability this node declares and whose
-        backends are not all at max_concurrent (nothing while the node is quarantined)."""
-        if self.quarantine.active:
+        backends are not all at max_concurrent (nothing while the node is quarantined or
+        draining)."""
+        if self.quarantine.active or self.draining:
             return frozenset()
         if self.selector is None:
             return self.registry.task_types

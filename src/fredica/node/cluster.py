@@ -23,6 +23,7 @@ MEMINFO = Path("/proc/meminfo")
 class Live:
     """This node's own values, fresher than its last heartbeat."""
 
+    status: str
     running: int
     max_workers: int
     task_types: list[str]
@@ -32,7 +33,7 @@ class Live:
 def view(rows: list[NodeRecord], self_id: str, live: Live) -> dict[str, Any]:
     """`{"nodes": [...], "online": n}` with this node's row overlaid with `live`."""
     nodes = [_node(row, self_id, live) for row in rows]
-    return {"nodes": nodes, "online": sum(1 for n in nodes if n["status"] == "online")}
+    return {"nodes": nodes, "online": sum(1 for n in nodes if n["status"] != "offline")}
 
 
 def _node(row: NodeRecord, self_id: str, live: Live) -> dict[str, Any]:
@@ -51,7 +52,7 @@ def _node(row: NodeRecord, self_id: str, live: Live) -> dict[str, Any]:
         "info": info,
     }
     if item["is_self"]:
-        item["status"] = "online"
+        item["status"] = live.status
         item["running"] = live.running
         item["max_workers"] = live.max_workers
         item["task_types"] = live.task_types

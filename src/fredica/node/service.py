@@ -21,12 +21,12 @@ from typing import Any
 
 from fredica import auth
 from fredica.capabilities import catalog, task_types
-from fredica.cluster import files
+from fredica.cluster import discovery, files
 from fredica.cluster.membership import Membership
 from fredica.cluster.remote import RemoteOwner
 from fredica.cluster.router import OwnerRouter
 from fredica.config import schema as config
-from fredica.domain import errors, models
+from fredica.domain import errors, models, node_state
 from fredica.domain.clock import Clock, SystemClock
 from fredica.domain.models import ShutdownType
 from fredica.engine.backends import BackendSelector
@@ -57,6 +57,7 @@ DB_FILENAME = "fredica.db"
 KEY_LAST_SHUTDOWN = "last_shutdown_type"
 KEY_PREVIOUS_SHUTDOWN = "previous_shutdown_type"
 KEY_RECOVERY = "startup_recovery"
+KEY_DRAINING = "draining"  # "1" while drained: survives a restart until `undrain`
 NETWORK_FS_TYPES = frozenset({"nfs", "nfs4", "cifs", "smbfs", "smb3", "9p", "fuse.sshfs", "afpfs"})
 
 
@@ -155,6 +156,12 @@ class Node:
                 on_contact=self._peer_contact,
             )
             work_store = self.router = OwnerRouter(store, self.membership, self.peer_info)
+        #: zeroconf announce and browse (`cluster.mode: auto`); seeds only in `manual`
+        self.discovery: discovery.Discovery | None = None
+        if self.membership is not None and cfg.cluster.mode == "auto":
+            self.discovery = discovery.Discovery(
+                settings.node_id, settings.host, settings.port, self.membership
+            )
         self._wake_peers = CoalescedCall(self._push_wake)
         self.engine = WorkerEngine(
             work_store,
@@ -227,6 +234,11 @@ class Node:
                 logger.info("%d task(s) running on peers: heard from now", forgiven)
         if self.cluster_secret:  # without it no peer would answer
             self.engine.peer_files = self.peer_files
+        if await self._store.get_config(KEY_DRAINING) == "1":
+            self.engine.set_draining(True)  # before the engine's first claim
+            logger.info(
+                "node is draining (fredica node undrain ends it)", extra={"action": "drain"}
+            )
         self.recovery = await self.engine.start()
         await self._store.set_config(KEY_RECOVERY, json.dumps(self.recovery.summary()))
         await self.register_self()
@@ -234,6 +246,8 @@ class Node:
         self._presence = asyncio.create_task(self._presence_loop(), name="fredica-presence")
         if self.membership is not None:
             self.membership.start()
+        if self.discovery is not None:
+            await self.discovery.start()
         logger.info(
             "node %s started (previous shutdown %s)",
             self.node_id,
@@ -255,7 +269,7 @@ class Node:
     async def register_self(self, status: str | None = None) -> None:
         engine = self.settings.engine_settings()
         if status is None:
-            status = "quarantined" if self.engine.quarantine.active else "online"
+            status = self.state().value
         await self._store.upsert_node(
             NodeRecord(
                 id=self.node_id,
@@ -294,7 +308,9 @@ class Node:
 
     @property
     def address(self) -> str:
-        return f"http://{self.settings.host}:{self.settings.port}"
+        """The URL peers reach this node at (a wildcard listen address is replaced by this
+        machine's own LAN address: `0.0.0.0` means nothing to another machine)."""
+        return f"http://{discovery.advertised_host(self.settings.host)}:{self.settings.port}"
 
     def lock_data_dir(self) -> None:
         """Take this node's data dir, or raise `DataDirInUse` naming the node that has it."""
@@ -360,7 +376,7 @@ class Node:
             "node_id": self.node_id,
             "hostname": self.settings.hostname,
             "address": self.address,
-            "status": "quarantined" if self.engine.quarantine.active else "online",
+            "status": self.state().value,
             "max_workers": engine.max_workers,
             "running": running,
             "free_slots": max(0, engine.max_workers - running),
@@ -395,6 +411,8 @@ class Node:
             self._presence.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._presence
+        if self.discovery is not None:
+            await self.discovery.stop()  # unregister (mDNS goodbye) while the network is up
         await self.engine.stop(grace)
         if self.membership is not None:
             await self.membership.stop()
@@ -562,6 +580,54 @@ class Node:
                     extra={"action": "cancel_orphan"},
                 )
 
+    # --- state and drain (seed 001 §2.2) ------------------------------------------------------
+    def state(self) -> node_state.NodeStatus:
+        """This node's state as it reports it: online, busy, draining or quarantined."""
+        return node_state.node_status(
+            reachable=True,
+            draining=self.engine.draining,
+            quarantined=self.engine.quarantine.active,
+            running=self.engine.running_count,
+            max_workers=self.settings.engine_settings().max_workers,
+        )
+
+    def drain_state(self) -> dict[str, Any]:
+        """What `fredica node drain` / `undrain` answer: the state and the work still running."""
+        return {
+            "node_id": self.node_id,
+            "status": self.state().value,
+            "draining": self.engine.draining,
+            "running": self.engine.running_count,
+            "max_workers": self.settings.engine_settings().max_workers,
+        }
+
+    async def drain(self) -> dict[str, Any]:
+        """Claim nothing new and let the running work finish (seed 001 §2.2 `draining`); tasks
+        claimed ahead and not started go back for the other nodes. Remembered across restarts
+        until `undrain`. Draining twice is harmless."""
+        await self._store.set_config(KEY_DRAINING, "1")
+        if not self.engine.draining:
+            self.engine.set_draining(True)
+            logger.info(
+                "draining: %d task(s) still running",
+                self.engine.running_count,
+                extra={"action": "drain"},
+            )
+        return await self._state_changed()
+
+    async def undrain(self) -> dict[str, Any]:
+        """Claim work again."""
+        await self._store.set_config(KEY_DRAINING, "0")
+        if self.engine.draining:
+            self.engine.set_draining(False)
+            logger.info("no longer draining", extra={"action": "undrain"})
+        return await self._state_changed()
+
+    async def _state_changed(self) -> dict[str, Any]:
+        await self.register_self()  # the node registry (and, with PostgreSQL, every node) sees it
+        self.changes.notify("")
+        return self.drain_state()
+
     # --- status ----------------------------------------------------------------------------
     def health(self) -> str:
         """`ok`, or why this node cannot do its work: `engine_failed`, `disk_full`."""
@@ -588,6 +654,8 @@ class Node:
             "started_at": self.started_at,
             "max_workers": engine.max_workers,
             "running": self.engine.running_count,
+            "state": self.state().value,
+            "draining": self.engine.draining,
             "task_counts": counts,
             "task_types": sorted(self.engine.claimable_types()),
             "templates": self.registry.template_names,
@@ -607,11 +675,12 @@ class Node:
 
     async def cluster_view(self) -> dict[str, Any]:
         """Every known node with slots used, load, memory and free disk (the UI's panel)."""
-        rows = await self._store.list_nodes()
+        rows = await self.known_nodes()
         local = await asyncio.to_thread(cluster.local_stats, self.settings.data_dir)
         selector = self.engine.selector
         detected = cluster.hardware(selector.capabilities if selector is not None else ())
         live = cluster.Live(
+            status=self.state().value,
             running=self.engine.running_count,
             max_workers=self.settings.engine_settings().max_workers,
             task_types=sorted(self.engine.claimable_types()),
@@ -730,19 +799,29 @@ class Node:
 
     async def nodes(self) -> list[NodeRecord]:
         """Every node of the cluster this node knows, itself refreshed first."""
+        return (await self.node_table())[0]
+
+    async def node_table(self) -> tuple[list[NodeRecord], float]:
+        """`nodes()` and the store's clock now (what `last_seen_at` is measured against)."""
         await self.register_self()
-        return await self.known_nodes()
+        return await self.known_nodes(), await self._store.now()
 
     async def known_nodes(self) -> list[NodeRecord]:
-        """The node registry; a node silent for longer than `stale_after` (by the store's
-        clock) is shown offline whatever its row last said."""
+        """The node registry, each peer's state judged here (`observed_status`): a node
+        silent for longer than `stale_after` (by the store's clock) is offline whatever its
+        row last said, one with no free slot in the load it reported is busy."""
         rows = await self._store.list_nodes()
         now = await self._store.now()
         stale_after = self.settings.engine_settings().stale_after
         return [
-            dataclasses.replace(r, status="offline")
-            if r.status != "offline" and r.id != self.node_id and now - r.last_seen_at > stale_after
-            else r
+            r
+            if r.id == self.node_id
+            else dataclasses.replace(
+                r,
+                status=node_state.observed_status(
+                    r.status, r.info, r.max_workers, now - r.last_seen_at <= stale_after
+                ).value,
+            )
             for r in rows
         ]
 

@@ -387,7 +387,12 @@ export function renderProcessing(app) {
     clusterSummary.textContent = t("processing.cluster_online", { n: cluster.online || 0 });
     clear(clusterList);
     if (!cluster.nodes.length) clusterList.append(h("p", { class: "muted" }, t("cluster.empty")));
-    for (const node of cluster.nodes) clusterList.append(nodeCard(node));
+    for (const node of cluster.nodes) clusterList.append(nodeCard(node, refreshCluster));
+  }
+
+  async function refreshCluster() {
+    state.cluster = await get("/api/v1/web/cluster");
+    renderCluster();
   }
 
   function pipelineOption(p) {
@@ -570,7 +575,33 @@ function loadMoreFooter(list, loadMore) {
   };
 }
 
-function nodeCard(node) {
+/** Drain (finish the running work, claim nothing new) or undrain this node. */
+function drainButton(node, onChanged) {
+  const action = node.status === "draining" ? "undrain" : "drain";
+  const button = h(
+    "button",
+    {
+      type: "button",
+      class: "btn btn-sm node-drain",
+      dataset: { action },
+      title: t(`cluster.${action}_hint`),
+    },
+    t(`cluster.${action}`),
+  );
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    try {
+      await post(`/api/v1/node/${action}`);
+      await onChanged();
+    } catch (err) {
+      toast(err.message, "error");
+      button.disabled = false;
+    }
+  });
+  return button;
+}
+
+function nodeCard(node, onChanged) {
   const info = node.info || {};
   const used = Math.min(node.running || 0, node.max_workers || 0);
   const slots = h("span", {
@@ -618,6 +649,7 @@ function nodeCard(node) {
       slots,
     ),
     h("ul", { class: "node-stats" }, ...stats.map((s) => h("li", {}, s))),
+    node.is_self ? h("div", { class: "node-actions" }, drainButton(node, onChanged)) : null,
     h(
       "div",
       { class: "chips", title: t("cluster.capabilities") },

@@ -1,0 +1,107 @@
+"""`fredica node ...`: the nodes of the cluster as one node sees them, and draining a node
+(seed 001 §2.2: finish the running work, claim nothing new) before maintenance."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from fredica.cli import client
+from fredica.cli.remote import Client, console, die
+
+node_app = typer.Typer(help="The cluster's nodes: list them, drain one.", no_args_is_help=True)
+
+STATE_STYLE = {
+    "online": "green",
+    "busy": "cyan",
+    "draining": "yellow",
+    "quarantined": "magenta",
+    "offline": "red",
+}
+
+
+def ago(seconds: float) -> str:
+    """`12s ago`, `5m ago`, `3h ago`, `2d ago`."""
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit} ago"
+    return f"{int(seconds)}s ago"
+
+
+def nodes_table(data: dict[str, Any]) -> Table:
+    """The rows of `GET /api/v1/nodes` as a table (this node first, then by hostname)."""
+    now = float(data.get("now") or time.time())
+    me = data.get("self")
+    table = Table("id", "hostname", "address", "state", "running/slots", "last seen")
+    rows = sorted(data["nodes"], key=lambda n: (n["id"] != me, n["hostname"], n["id"]))
+    for n in rows:
+        state = str(n["status"])
+        running = (n.get("info") or {}).get("running", 0)
+        table.add_row(
+            n["id"] + (" (this node)" if n["id"] == me else ""),
+            n["hostname"],
+            n.get("address") or "",
+            Text(state, style=STATE_STYLE.get(state, "")),
+            f"{running}/{n['max_workers']}",
+            "now" if n["id"] == me else ago(now - float(n["last_seen_at"])),
+        )
+    return table
+
+
+@node_app.command("list")
+def node_list(node: client.NodeOpt = client.DEFAULT_NODE) -> None:
+    """Every node this node knows: state (online, busy, draining, quarantined, offline),
+    running tasks and slots, and when it was last heard from."""
+    console.print(nodes_table(Client(node).request("GET", "/api/v1/nodes")))
+
+
+@node_app.command("drain")
+def node_drain(
+    node: client.NodeOpt = client.DEFAULT_NODE,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Return only when no task is running any more.")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option(help="With --wait: give up after this many seconds (exit 1).")
+    ] = 3600.0,
+) -> None:
+    """Stop the node claiming new work; what runs finishes. It stays drained (also across
+    restarts) until `fredica node undrain`."""
+    api = Client(node)
+    state = api.request("POST", "/api/v1/node/drain")
+    console.print(
+        f"node {state['node_id']} draining: {state['running']} task(s) still running"
+        + ("" if wait or not state["running"] else " (--wait to wait for them)")
+    )
+    if wait:
+        _wait_idle(api, timeout)
+
+
+def _wait_idle(api: Client, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    version = 0
+    running = api.request("GET", "/api/v1/status")["running"]
+    while running:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            die(f"{running} task(s) still running after {timeout:g}s; the node stays drained")
+        version = api.request(
+            "GET", "/api/v1/changes", params={"after": version, "timeout": min(2.0, left)}
+        )["version"]
+        now_running = api.request("GET", "/api/v1/status")["running"]
+        if now_running != running:
+            console.print(f"{now_running} task(s) still running")
+        running = now_running
+    console.print("no task running: the node can be stopped")
+
+
+@node_app.command("undrain")
+def node_undrain(node: client.NodeOpt = client.DEFAULT_NODE) -> None:
+    """Let a drained node claim work again."""
+    state = Client(node).request("POST", "/api/v1/node/undrain")
+    console.print(f"node {state['node_id']} {state['status']}: claiming work again")
