@@ -146,3 +146,19 @@ def b_runs_a_task_of_a(
     pid = post(a, "/api/v1/pipelines", {"template": "custom", "tasks": [task]})["pipeline_id"]
     wait_until(lambda: effects(log), 20, "b to start the task")
     return a, b, log, pid
+
+
+def digest(node: ServedNode, owner: str) -> str:
+    """The node's digest of `owner`'s rows (its own, or its replica of them)."""
+    with httpx.Client(
+        base_url=node.url, timeout=10, trust_env=False, headers={"X-Cluster-Secret": SECRET}
+    ) as client:
+        response = client.get("/cluster/digest", params={"owner": owner})
+        assert response.status_code == 200, response.text
+        return str(response.json()["digest"])
+
+
+def replicas_agree(cluster: Cluster, owner: str) -> bool:
+    """Every started node's copy of `owner`'s rows hashes like the owner's own."""
+    started = [n for n in cluster.nodes.values() if n.proc is not None and n.proc.poll() is None]
+    return len({digest(node, owner) for node in started}) == 1

@@ -18,6 +18,7 @@ from tests.cluster.support import (
     get,
     make_cluster,
     pipeline_done,
+    replicas_agree,
 )
 from tests.e2e.conftest import wait_until
 from tests.faultproxy import FaultProxy
@@ -86,6 +87,8 @@ def test_a_cut_longer_than_reclaim_after_hands_the_task_to_a_new_attempt(
     assert "stale" in kinds and "reclaimed" in kinds
     phases = [(e["attempt"], e["phase"]) for e in effects(log)]
     assert (1, "end") not in phases and phases.count((2, "end")) == 1, phases
+    # and once healed, b's replica of a's rows hashes like a's own
+    wait_until(lambda: replicas_agree(cluster, cluster.ids["a"]), 10, "the replicas to agree")
 
 
 def test_requests_the_network_repeats_change_nothing(proxied, tmp_path: Path) -> None:

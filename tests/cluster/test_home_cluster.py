@@ -21,6 +21,7 @@ from tests.cluster.support import (
     make_cluster,
     pipeline_done,
     post,
+    replicas_agree,
 )
 from tests.e2e.conftest import wait_until
 
@@ -78,6 +79,17 @@ def test_work_created_on_one_node_runs_where_it_can_and_only_once(
     events = get(a, f"/api/v1/tasks/{pinned['id']}")["events"]
     claimed = [e for e in events if e["event_type"] == "claimed"]
     assert claimed and claimed[0]["node_id"] == cluster.ids["c"]
+
+    # and every node shows a's pipeline from its replica, marked with the owner
+    wait_until(lambda: replicas_agree(cluster, cluster.ids["a"]), 10, "the replicas to agree")
+    for name in "bc":
+        listed = get(cluster.nodes[name], "/api/v1/pipelines", scope="cluster")["pipelines"]
+        mine = [p for p in listed if p["id"] == pid]
+        assert mine and mine[0]["status"] == "completed"
+        assert mine[0]["replica"]["owner"] == cluster.ids["a"]
+        shown = get(cluster.nodes[name], f"/api/v1/pipelines/{pid}")
+        assert len(shown["tasks"]) == len(rows) and shown["replica"] is not None
+    assert get(a, "/api/v1/pipelines", scope="cluster")["pipelines"][0]["replica"] is None
 
 
 def test_a_killed_executor_loses_its_task_to_another_node_and_does_not_run_it_again(

@@ -88,6 +88,24 @@ async def get_task(node: deps.NodeDep, task_id: Annotated[str, Query(min_length=
     return await node.peers.get_task(task_id)
 
 
+@router.get("/tasks/diff")
+async def diff(
+    node: deps.NodeDep,
+    since: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 500,
+) -> JSON:
+    """This owner's tasks and pipelines changed after the cursor `since` (0: all), whole
+    transactions at a time, and the cursor to continue from (replication pull)."""
+    return await node.peers.diff(since, limit)
+
+
+@router.get("/digest")
+async def digest(node: deps.NodeDep, owner: Annotated[str, Query(min_length=1)]) -> JSON:
+    """sha256 of `owner`'s rows as (id, change_seq), from this node's own rows if it is the
+    owner, else from its replica: equal on every node that is up to date."""
+    return await node.peers.digest(owner)
+
+
 @router.post("/tasks/signal")
 async def signal(body: JsonBody, node: deps.NodeDep) -> JSON:
     """The owner forwards a cancel, pause or resume of a task running on this node."""
@@ -95,7 +113,9 @@ async def signal(body: JsonBody, node: deps.NodeDep) -> JSON:
 
 
 @router.post("/wake")
-async def wake(node: deps.NodeDep) -> JSON:
-    """A peer has new ready work: claim now."""
-    node.peers.wake()
+async def wake(node: deps.NodeDep, body: Annotated[dict[str, Any] | None, Body()] = None) -> JSON:
+    """A peer (`node_id`) changed its rows: claim now if work became ready, and read its
+    changes."""
+    sender = (body or {}).get("node_id")
+    node.peers.wake(sender if isinstance(sender, str) else None)
     return {"ok": True}

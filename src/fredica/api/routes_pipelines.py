@@ -11,7 +11,7 @@ import pydantic
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from fredica.api import deps
+from fredica.api import deps, routes_tasks
 from fredica.api.routes_tasks import CURSOR_HELP, OFFSET_HELP
 from fredica.domain import errors
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
@@ -43,9 +43,14 @@ async def list_pipelines(
     limit: Annotated[int, Query(ge=1, le=1000, description="Rows per page.")] = 100,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description=OFFSET_HELP)] = 0,
     cursor: Annotated[str | None, Query(description=CURSOR_HELP)] = None,
+    scope: Annotated[routes_tasks.Scope, Query(description=routes_tasks.SCOPE_HELP)] = "local",
 ) -> dict[str, Any]:
     """Pipelines, newest first (`created_at`, then id). `next_cursor` continues the list
     (null on its last page); a malformed cursor answers 422."""
+    if scope == "cluster":
+        routes_tasks.check_cluster_page(limit, offset, cursor)
+        pipelines = await node.cluster_pipelines(status, limit, offset)
+        return {"pipelines": await routes_tasks.marked(node, pipelines), "next_cursor": None}
     page = await node.page_pipelines(status, limit, cursor, offset)
     return {"pipelines": [p.to_json() for p in page.items], "next_cursor": page.next_cursor}
 
@@ -53,7 +58,8 @@ async def list_pipelines(
 @router.get("/api/v1/pipelines/{pipeline_id}")
 async def get_pipeline(pipeline_id: str, node: deps.NodeDep) -> dict[str, Any]:
     pipeline, tasks = await node.pipeline_with_tasks(pipeline_id)
-    return {**pipeline.to_json(), "tasks": [t.to_json() for t in tasks]}
+    marks = await routes_tasks.marked(node, [pipeline, *tasks])
+    return {**marks[0], "tasks": marks[1:]}
 
 
 @router.post("/api/v1/pipelines/{pipeline_id}/cancel", status_code=202)

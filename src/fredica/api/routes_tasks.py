@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
 
 from fredica.api import deps
 from fredica.domain import errors
-from fredica.domain.models import TaskStatus
+from fredica.domain.models import Pipeline, Task, TaskStatus
+from fredica.node.service import Node
 
 MAX_OFFSET = 1_000_000_000  # deeper pages answer 422 instead of overflowing the database
 router = APIRouter()
@@ -40,12 +42,44 @@ async def list_tasks(
     limit: Annotated[int, Query(ge=1, le=100_000, description="Rows per page.")] = 500,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description=OFFSET_HELP)] = 0,
     cursor: Annotated[str | None, Query(description=CURSOR_HELP)] = None,
+    scope: Annotated[Scope, Query(description=SCOPE_HELP)] = "local",
 ) -> dict[str, Any]:
     """Tasks, newest first (`created_at`, then creation order); a pipeline's tasks oldest
     first. `next_cursor` continues the list (null on its last page); a malformed cursor
     answers 422."""
+    if scope == "cluster":
+        check_cluster_page(limit, offset, cursor)
+        tasks = await node.cluster_tasks(pipeline_id, _statuses(status), type, limit, offset)
+        return {"tasks": await marked(node, tasks), "next_cursor": None}
     page = await node.page_tasks(pipeline_id, _statuses(status), type, limit, cursor, offset)
     return {"tasks": [t.to_json() for t in page.items], "next_cursor": page.next_cursor}
+
+
+Scope = Literal["local", "cluster"]
+SCOPE_HELP = (
+    "`local`: the rows this node owns. `cluster`: also its replicas of every other node's "
+    "rows, each marked with `replica` (the owner and how fresh the copy is); pages with "
+    "`offset` (at most 1000 rows deep), not `cursor`."
+)
+CLUSTER_DEPTH = 1000
+
+
+def check_cluster_page(limit: int, offset: int, cursor: str | None) -> None:
+    if cursor is not None:
+        raise errors.InvalidRequest("scope=cluster pages with offset, not cursor")
+    if limit + offset > CLUSTER_DEPTH:
+        raise errors.InvalidRequest(
+            f"scope=cluster lists at most {CLUSTER_DEPTH} rows deep (limit + offset)"
+        )
+
+
+async def marked(node: Node, rows: Sequence[Task | Pipeline]) -> list[dict[str, Any]]:
+    """Rows as JSON; a replica of another owner's row says so (`replica`: owner, freshness)."""
+    marks = await node.replica_marks()
+    return [
+        {**r.to_json(), "replica": marks.get(r.owner_id) if r.owner_id != node.node_id else None}
+        for r in rows
+    ]
 
 
 @router.get("/api/v1/tasks/{task_id}")

@@ -10,9 +10,10 @@ from typing import Any, TypeVar
 from fredica.domain import errors
 from fredica.domain.error_table import error_class, row_for
 from fredica.domain.models import JSON, ErrorType, Task, TaskStatus
-from fredica.domain.wire import task_from_json
+from fredica.domain.wire import pipeline_from_json, task_from_json
 from fredica.store.base import (
     BackendNote,
+    ChangeBatch,
     ClaimFilter,
     Completed,
     CompletionItem,
@@ -149,6 +150,23 @@ def pairs_from_json(items: Any) -> list[tuple[str, int]]:
 
 def progress_from_json(items: Any) -> list[tuple[str, int, int, str | None]]:
     return [(str(t), int(a), int(p), None if n is None else str(n)) for t, a, p, n in items]
+
+
+# --- replication ------------------------------------------------------------------------------
+def batch_to_json(batch: ChangeBatch) -> JSON:
+    return {
+        "tasks": [t.to_json() for t in batch.tasks],
+        "pipelines": [p.to_json() for p in batch.pipelines],
+        "cursor": batch.cursor,
+    }
+
+
+def batch_from_json(d: JSON) -> ChangeBatch:
+    return ChangeBatch(
+        [task_from_json(t) for t in d["tasks"]],
+        [pipeline_from_json(p) for p in d["pipelines"]],
+        int(d["cursor"]),
+    )
 
 
 # --- answers ------------------------------------------------------------------------------------

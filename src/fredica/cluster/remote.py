@@ -19,6 +19,7 @@ from fredica.domain.error_table import raise_for
 from fredica.domain.models import JSON, Task
 from fredica.domain.wire import task_from_json
 from fredica.store.base import (
+    ChangeBatch,
     ClaimFilter,
     Completed,
     CompletionItem,
@@ -143,6 +144,16 @@ class RemoteOwner:
         answer = await self.call("POST", "/cluster/tasks/verify", {"node_id": node_id})
         assert isinstance(answer, dict)
         return answer
+
+    # --- replication ------------------------------------------------------------------------
+    async def diff(self, since: int, limit: int = 500) -> ChangeBatch:
+        """The owner's rows changed after `since`, and the cursor to go on from."""
+        answer = await self.call("GET", "/cluster/tasks/diff", since=since, limit=limit)
+        return protocol.decode("diff", protocol.batch_from_json, answer)
+
+    async def digest(self, owner_id: str) -> str:
+        answer = await self.call("GET", "/cluster/digest", owner=owner_id)
+        return str(answer["digest"])
 
     # --- membership -------------------------------------------------------------------------
     async def info(self) -> JSON:

@@ -32,8 +32,10 @@ class PeerDesk:
         info: Callable[[], JSON],
         changed: Callable[[str], None],
         introduce: Callable[[str], None] | None = None,
+        owner_changed: Callable[[str], None] | None = None,
     ) -> None:
         self._introduce = introduce
+        self._owner_changed = owner_changed
         self._store = store
         self._engine = engine
         self._info = info
@@ -180,13 +182,24 @@ class PeerDesk:
             "summary": report.summary(),
         }
 
+    async def diff(self, since: int, limit: int) -> JSON:
+        batch = await self._store.changes_since(self._store.node_id, since, limit)
+        return protocol.batch_to_json(batch)
+
+    async def digest(self, owner: str) -> JSON:
+        replica = owner != self._store.node_id
+        return {"owner": owner, "digest": await self._store.digest(owner, replica=replica)}
+
     async def get_task(self, task_id: str) -> JSON:
         return {"task": (await self._store.get_task(task_id)).to_json()}
 
     # --- as claimer -------------------------------------------------------------------------
-    def wake(self) -> None:
-        """An owner has new ready work: claim now instead of at the next poll."""
+    def wake(self, node_id: str | None) -> None:
+        """A peer (`node_id`) changed its rows: claim now if work became ready, and read its
+        changes into the replica now rather than at the next refresh."""
         self._engine.wake()
+        if node_id and self._owner_changed is not None:
+            self._owner_changed(node_id)
 
     async def signal(self, body: JSON) -> JSON:
         """An owner forwards a user's cancel, pause or resume of a task running here."""

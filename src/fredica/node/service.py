@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import socket
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,8 @@ DB_FILENAME = "fredica.db"
 KEY_LAST_SHUTDOWN = "last_shutdown_type"
 KEY_PREVIOUS_SHUTDOWN = "previous_shutdown_type"
 KEY_RECOVERY = "startup_recovery"
+REPLICA_BATCH = 500  # rows per replication pull
+PUSH_INTERVAL = 0.25  # seconds: at most one change notice to the peers per interval
 KEY_DRAINING = "draining"  # "1" while drained: survives a restart until `undrain`
 NETWORK_FS_TYPES = frozenset({"nfs", "nfs4", "cifs", "smbfs", "smb3", "9p", "fuse.sshfs", "afpfs"})
 
@@ -163,6 +166,9 @@ class Node:
                 settings.node_id, settings.host, settings.port, self.membership
             )
         self._wake_peers = CoalescedCall(self._push_wake)
+        self._last_push = 0.0
+        self._push_later = False
+        self._pulling: set[str] = set()
         self.engine = WorkerEngine(
             work_store,
             self.registry,
@@ -176,6 +182,7 @@ class Node:
             self.peer_info,
             self.changes.notify,
             self.membership.add if self.membership is not None else None,
+            self._owner_changed,
         )
         self.auth = auth.Authenticator(cfg.auth, self.clock, settings.config_path)
         self.previous_shutdown: ShutdownType = ShutdownType.FIRST_START
@@ -332,7 +339,9 @@ class Node:
             return
         if signal is Signal.CHANGED:
             self._changed_call.schedule(self._loop)
-        elif signal is Signal.READY and self.membership is not None:
+        if self.membership is not None:
+            # peers claim new ready work and refresh their replica of these rows (one push
+            # per PUSH_INTERVAL at most, the last change always pushed)
             self._wake_peers.schedule(self._loop)
 
     async def _peer_contact(self, owner: RemoteOwner, first: bool) -> None:
@@ -342,6 +351,7 @@ class Node:
         if self.router is None:
             return
         await self.router.deliver_outbox(owner)
+        await self.pull_replica(owner)
         if first:
             answer = await owner.verify(self.node_id)
             if answer.get("interrupted"):
@@ -352,10 +362,56 @@ class Node:
                     extra={"action": "verify"},
                 )
 
+    async def pull_replica(self, owner: RemoteOwner, max_batches: int = 20) -> int:
+        """Read `owner`'s changes since the last pull into this node's replica (on start, on
+        every contact, and when the owner says it changed); returns the rows applied."""
+        applied = 0
+        for _ in range(max_batches):
+            cursor = await self._store.replica_cursor(owner.node_id)
+            batch = await owner.diff(cursor, REPLICA_BATCH)
+            if batch.cursor == cursor and not batch.tasks and not batch.pipelines:
+                break
+            applied += await self._store.apply_replica(owner.node_id, batch)
+            if len(batch.tasks) + len(batch.pipelines) < REPLICA_BATCH:
+                break
+        if applied:
+            self.changes.notify("")
+        return applied
+
     def _push_wake(self) -> None:
-        """New ready work: the peers may claim it now rather than at their next poll."""
-        if self.membership is not None and self.membership.owners():
-            self._background_call(self.membership.wake_peers())
+        """This node's rows changed: the peers may claim new work and pull the changes now
+        rather than at their next poll and refresh."""
+        if self.membership is None or not self.membership.owners() or self._loop is None:
+            return
+        wait = self._last_push + PUSH_INTERVAL - time.monotonic()
+        if wait > 0:
+            if not self._push_later:
+                self._push_later = True
+                self._loop.call_later(wait, self._pushed_later)
+            return
+        self._last_push = time.monotonic()
+        self._background_call(self.membership.wake_peers())
+
+    def _pushed_later(self) -> None:
+        self._push_later = False
+        self._push_wake()
+
+    def _owner_changed(self, node_id: str) -> None:
+        """A peer said its rows changed: pull them (one pull per owner at a time)."""
+        owner = self.membership.owner(node_id) if self.membership is not None else None
+        if owner is None or node_id in self._pulling:
+            return
+        self._pulling.add(node_id)
+
+        async def pull() -> None:
+            try:
+                await self.pull_replica(owner)
+            except errors.FredicaError as exc:
+                logger.info("replica of %s not pulled: %s", node_id, exc)
+            finally:
+                self._pulling.discard(node_id)
+
+        self._background_call(pull())
 
     def _background_call(self, coro: Coroutine[Any, Any, None]) -> None:
         future = asyncio.ensure_future(coro)
@@ -750,8 +806,55 @@ class Node:
     async def pipeline_with_tasks(
         self, pipeline_id: str
     ) -> tuple[models.Pipeline, list[models.Task]]:
-        pipeline = await self._store.get_pipeline(pipeline_id)
+        """A pipeline and its tasks: this node's own, else the replica of another owner's."""
+        try:
+            pipeline = await self._store.get_pipeline(pipeline_id)
+        except errors.NotFound:
+            replica = await self._store.replica_pipeline(pipeline_id)
+            if replica is None:
+                raise
+            return replica, await self._store.replica_tasks(pipeline_id, limit=100_000)
         return pipeline, await self._store.list_tasks(pipeline_id, limit=100_000)
+
+    async def replica_marks(self) -> dict[str, dict[str, Any]]:
+        """Per other owner: how fresh this node's replica of its rows is (`pulled_at`, this
+        node's clock, and `age_sec`)."""
+        now = self.clock.now()
+        return {
+            owner: {"owner": owner, "pulled_at": at, "age_sec": round(max(0.0, now - at), 3)}
+            for owner, at in (await self._store.replica_freshness()).items()
+        }
+
+    async def cluster_tasks(
+        self,
+        pipeline_id: str | None,
+        status: list[str] | None,
+        task_type: str | None,
+        limit: int,
+        offset: int,
+    ) -> list[models.Task]:
+        """This node's tasks and the replicas of every other owner's, in one list (newest
+        first; a pipeline's oldest first)."""
+        want = limit + offset
+        local = await self._store.list_tasks(pipeline_id, status, task_type, want, 0)
+        remote = [
+            t
+            for t in await self._store.replica_tasks(pipeline_id, status, want, 0)
+            if task_type is None or t.type == task_type
+        ]
+        merged = sorted(local + remote, key=lambda t: t.created_at, reverse=pipeline_id is None)
+        return merged[offset : offset + limit]
+
+    async def cluster_pipelines(
+        self, status: str | None, limit: int, offset: int
+    ) -> list[models.Pipeline]:
+        """This node's pipelines and the replicas of every other owner's, newest first."""
+        want = limit + offset
+        statuses = [status] if status else None
+        local = await self._store.list_pipelines(status, want, 0)
+        remote = await self._store.replica_pipelines(statuses, want, 0)
+        merged = sorted(local + remote, key=lambda p: p.created_at, reverse=True)
+        return merged[offset : offset + limit]
 
     async def list_tasks(
         self,
