@@ -216,3 +216,45 @@ def test_a_result_for_an_owner_that_is_down_waits_in_the_outbox_until_acknowledg
     assert row["result"]["node"] == cluster.ids["b"]
     wait_until(lambda: get(b, "/api/v1/status")["outbox"] == 0, 10, "the outbox to empty")
     assert [e["phase"] for e in effects(log)] == ["start", "end"]
+
+
+def test_clocks_ten_minutes_apart_cause_no_false_reclaim_and_no_lost_update(
+    tmp_path: Path,
+) -> None:
+    # Given b's clock ten minutes ahead and c's ten minutes behind a's (the owner's)
+    with make_cluster(tmp_path) as cluster:
+        for name, offset in (("b", 600), ("c", -600)):
+            config = cluster.nodes[name].config
+            config.write_text(
+                config.read_text().replace("node:\n", f"node:\n  clock_offset_sec: {offset}\n", 1)
+            )
+        cluster.start_all()
+        a = cluster.nodes["a"]
+        log = tmp_path / "effects.jsonl"
+        tasks = [
+            {
+                "ref": f"t{i}",
+                "type": "TEST_EFFECT_AI",
+                "payload": {"effect_log": str(log), "seconds": 2.5},
+            }
+            for i in range(4)
+        ]
+        # When they run a's work for longer than stale_after
+        pid = post(a, "/api/v1/pipelines", {"template": "custom", "tasks": tasks})["pipeline_id"]
+        done = wait_until(lambda: pipeline_done(a, pid), 40, "the pipeline")
+
+        # Then nothing went stale, every task ran once, and every result is recorded
+        assert done["status"] == "completed", cluster.logs()
+        rows = get(a, "/api/v1/tasks", pipeline_id=pid)["tasks"]
+        assert all(t["attempt"] == 1 and t["result"]["attempt"] == 1 for t in rows)
+        assert {t["claimed_by"] for t in rows} == {cluster.ids["b"], cluster.ids["c"]}
+        for task in rows:
+            kinds = [e["event_type"] for e in get(a, f"/api/v1/tasks/{task['id']}")["events"]]
+            assert "stale" not in kinds and "reclaimed" not in kinds
+        starts = Counter(e["task"] for e in effects(log) if e["phase"] == "start")
+        assert set(starts.values()) == {1}
+        # and each node stamps its own rows with its own clock, which the others never compare
+        assert (
+            abs(get(cluster.nodes["b"], "/api/v1/status").get("started_at", 0) - time.time() - 600)
+            < 60
+        )

@@ -80,6 +80,8 @@ class NodeConfig(sections.Section):
     network_region: Literal["CN", "GLOBAL", "UNKNOWN"] = "UNKNOWN"
     bandwidth_mbps: sections.NonNegInt = 100
     is_storage_node: bool = False
+    #: our addition, for tests of clock drift: this node's clock runs this many seconds off
+    clock_offset_sec: Annotated[float, Field(ge=-86400, le=86400)] = 0.0
 
     @model_validator(mode="after")
     def _check_id(self) -> NodeConfig:

@@ -20,6 +20,7 @@ node:
   network_region: "UNKNOWN"  # CN | GLOBAL | UNKNOWN; CN without a proxy never declares YouTube
   bandwidth_mbps: 100     # downstream bandwidth estimate in Mbps; 0 = unknown
   is_storage_node: false  # true on a NAS: downloads of storage_preference=nas pipelines +20
+  clock_offset_sec: 0  # testing aid: run this node's clock this many seconds off (drift tests)
 
 # -- Cluster ---------------------------------------------------------------------------------
 cluster:

@@ -21,6 +21,17 @@ class SystemClock:
         return time.time()
 
 
+class OffsetClock:
+    """The real clock shifted by `offset` seconds: a machine whose clock is wrong
+    (`node.clock_offset_sec`, for drift tests; nothing in a cluster may depend on it)."""
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+
 class ManualClock:
     """A clock that only moves when told to (unit tests)."""
 

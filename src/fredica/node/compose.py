@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from fredica.domain.clock import Clock
+from fredica.domain.clock import Clock, OffsetClock
 from fredica.engine.registry import Registry, builtin_registry
 from fredica.node.service import DB_FILENAME, Node, NodeSettings
 from fredica.store.base import TaskStore
@@ -42,6 +42,9 @@ def build_node(
 ) -> Node:
     """A node with its store, executors, templates and plugins."""
     registry = registry or builtin_registry()
+    offset = settings.config.node.clock_offset_sec if settings.config is not None else 0.0
+    if clock is None and offset:
+        clock = OffsetClock(offset)
     if settings.plugins:
         registry.load_plugins(settings.plugins)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
