@@ -2,10 +2,11 @@
 
 Benchmarks (`--only NAME`, repeatable): noop (fredica 2 and 8 workers, the PostgreSQL store,
 Huey 2 and 8 workers, Celery), claim (with the query plans of the hot path), claim_pg, latency,
-fanout, media, list (task and pipeline lists over HTTP at a million tasks). `--full` samples
-more and waits longer. Peers run only inside `noop`, next to fredica, so a ratio never mixes
-runs: `noop` runs every system once per round (`--rounds`, default 3), in alternating order,
-and reports medians over rounds.
+fanout, media, list (task and pipeline lists over HTTP at a million tasks), cluster (I/O-bound
+work on one and three `fredica serve` nodes of a home cluster; the claim round trip over
+HTTP). `--full` samples more and waits longer. Peers run only inside `noop`, next to fredica,
+so a ratio never mixes runs: `noop` runs every system once per round (`--rounds`, default 3),
+in alternating order, and reports medians over rounds.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 
 from bench import (
     claim_cost,
+    cluster_runs,
     fredica_runs,
     list_cost,
     peers,
@@ -43,7 +45,7 @@ from bench import (
 from bench.util import log
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-BENCHMARKS = ("noop", "claim", "claim_pg", "latency", "fanout", "media", "list")
+BENCHMARKS = ("noop", "claim", "claim_pg", "latency", "fanout", "media", "list", "cluster")
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,9 @@ class Config:
     fanout_chunks: int = 1_000
     fanout_deadline_s: float = 180.0
     list_backlog: int = 1_000_000  # tasks in the data dir the list benchmark serves
+    cluster_tasks: int = 240  # I/O-bound tasks (0.2 s each) per home-cluster run
+    cluster_rounds: int = 2  # 1 and 3 nodes per round, the order alternating
+    cluster_claim_samples: int = 200
 
 
 QUICK = Config()
@@ -218,6 +223,10 @@ def bench_list(cfg: Config, work: Path) -> dict[str, Any]:
     return list_cost.run(work, cfg.list_backlog)
 
 
+def bench_cluster(cfg: Config, work: Path) -> dict[str, Any]:
+    return cluster_runs.run(work, cfg.cluster_tasks, cfg.cluster_rounds, cfg.cluster_claim_samples)
+
+
 async def _await(value: Any) -> Any:
     return await value
 
@@ -230,6 +239,7 @@ RUNNERS: dict[str, Callable[[Config, Path], dict[str, Any] | None]] = {
     "fanout": bench_fanout,
     "media": bench_media,
     "list": bench_list,
+    "cluster": bench_cluster,
 }
 
 

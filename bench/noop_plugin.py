@@ -1,7 +1,8 @@
 """The fredica side of the benchmarks, loaded as a real plugin (`register(registry)`).
 
 `BENCH_NOOP` does no work at all, so a benchmark measures the task system's own cost: claim,
-dispatch, completion and the store transactions around them. `bench_fanout` is the fan-out
+dispatch, completion and the store transactions around them. `BENCH_SLEEP` waits without using
+the CPU (the home cluster benchmark's I/O-bound work). `bench_fanout` is the fan-out
 shape of the media pipeline (SPLIT -> N chunks spawned by the post-completion hook -> MERGE
 depending on every chunk), with no-op work in every task.
 """
@@ -19,6 +20,7 @@ from fredica.pipelines.request import PipelineRequest
 from fredica.pipelines.templates import BuildContext, Template
 
 NOOP = "BENCH_NOOP"
+SLEEP = "BENCH_SLEEP"
 FANOUT_TEMPLATE = "bench_fanout"
 
 
@@ -29,6 +31,19 @@ class NoopExecutor(TaskExecutor):
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
         return ExecuteResult({})
+
+
+class SleepExecutor(TaskExecutor):
+    """Waits `payload.seconds` without using the CPU: I/O-bound work (a download, a cloud API
+    call), where more nodes mean more slots."""
+
+    task_type = SLEEP
+
+    async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
+        import asyncio
+
+        await asyncio.sleep(float(task.payload.get("seconds", 0.2)))
+        return ExecuteResult({"node": ctx.node_id})
 
 
 class FanOutTemplate(Template):
@@ -77,4 +92,5 @@ class FanOutTemplate(Template):
 
 def register(registry: Registry) -> None:
     registry.add_executor(NoopExecutor())
+    registry.add_executor(SleepExecutor())
     registry.add_template(FanOutTemplate())

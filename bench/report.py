@@ -117,6 +117,24 @@ def list_lines(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _at_least(value: float | None, target: float) -> bool | None:
+    return None if value is None else value >= target
+
+
+def cluster_summary(raw: dict[str, Any] | None) -> dict[str, Any]:
+    """The home cluster benchmark's headline numbers (null when it did not run)."""
+    trip = _get(raw, "claim_round_trip") or {}
+    return {
+        "tasks": _get(raw, "tasks"),
+        "one_node_s": _get(raw, "one_node_s"),
+        "three_nodes_s": _get(raw, "three_nodes_s"),
+        "claim_http_ms": _get(trip, "http", "claim_ms"),
+        "complete_http_ms": _get(trip, "http", "complete_ms"),
+        "claim_local_ms": _get(trip, "local", "claim_ms"),
+        "complete_local_ms": _get(trip, "local", "complete_ms"),
+    }
+
+
 def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) -> dict[str, Any]:
     """The results document: headline keys first, raw per-benchmark details after."""
     noop = raw.get("noop") or {}
@@ -152,6 +170,8 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
         "claim_only_1m_vs_1k": _ratio(claim_only["1M"], claim_only["1k"]),
         "claim_pg_100k_vs_1k": _ratio(claim_pg["100k"], claim_pg["1k"]),
         "claim_pg_1m_vs_1k": _ratio(claim_pg["1M"], claim_pg["1k"]),
+        "cluster_3_nodes_vs_1": _get(raw.get("cluster"), "speedup"),
+        "claim_http_vs_local": _get(raw.get("cluster"), "claim_round_trip", "http_vs_local"),
     }
     targets = {
         "noop_w2_ge_2x_huey": _noop_target(noop, ratios, "fredica_w2_vs_huey_w2", 2.0),
@@ -163,6 +183,11 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
         "idle_p50_push_lt_50ms": None if latency["p50"] is None else latency["p50"] < 50.0,
         "pipeline_overhead_lt_5pct": None if overhead is None else overhead < 5.0,
         "list_pages_le_50ms_at_1m": list_target(list_costs(raw.get("list"))),
+        "cluster_3_nodes_ge_2_8x": (
+            None
+            if ratios["cluster_3_nodes_vs_1"] is None
+            else ratios["cluster_3_nodes_vs_1"] >= 2.8
+        ),
     }
     return {
         "meta": meta,
@@ -193,6 +218,7 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
         "pipeline_overhead_pct": overhead,
         "pipeline_overhead_note": None if overhead is not None else MEDIA_NOTE,
         "list_tasks_ms": list_costs(raw.get("list")),
+        "cluster": cluster_summary(raw.get("cluster")),
         "targets": targets,
         "details": raw,
         "errors": errors,
@@ -414,6 +440,16 @@ def markdown(doc: dict[str, Any]) -> str:
         f"first page / 10,000 deep (cursor) / unfiltered / pipelines | "
         f"{' / '.join(_fmt(doc['list_tasks_ms'][k]) for k in LIST_KEYS)} | | | first and deep "
         f"≤ 50 ms at 1M | {_met(tg['list_pages_le_50ms_at_1m'])} |",
+        f"| home cluster, {_fmt(doc['cluster']['tasks'])} I/O-bound tasks (0.2 s, 4 slots a "
+        f"node): wall s on 1 / 3 nodes | {_fmt(doc['cluster']['one_node_s'], '', 2)} / "
+        f"{_fmt(doc['cluster']['three_nodes_s'], '', 2)} | | 3 nodes vs 1: "
+        f"{_x(r['cluster_3_nodes_vs_1'])} | ≥ 2.8× | {_met(tg['cluster_3_nodes_ge_2_8x'])} |",
+        f"| claim + complete of another owner's task, ms: over HTTP / local store | "
+        f"{_fmt(doc['cluster']['claim_http_ms'], '', 2)} + "
+        f"{_fmt(doc['cluster']['complete_http_ms'], '', 2)} / "
+        f"{_fmt(doc['cluster']['claim_local_ms'], '', 2)} + "
+        f"{_fmt(doc['cluster']['complete_local_ms'], '', 2)} | | HTTP vs local: "
+        f"{_x(r['claim_http_vs_local'])} | | |",
         f"| orchestration overhead, media pipeline | "
         f"{_fmt(doc['pipeline_overhead_pct'], ' %')} | | | < 5 % "
         f"| {_met(tg['pipeline_overhead_lt_5pct'])} |",

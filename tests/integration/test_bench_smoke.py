@@ -183,3 +183,29 @@ def test_list_benchmark_serves_a_backlog_and_reports_page_times(tmp_path: Path) 
     # not a million tasks: the target is not judged
     assert doc["targets"]["list_pages_le_50ms_at_1m"] is None
     assert "task lists over HTTP at 20,000 tasks" in report.markdown(doc)
+
+
+def test_the_home_cluster_benchmark_runs_real_nodes_and_reports_its_ratio(tmp_path: Path) -> None:
+    # Given a tiny home-cluster run: 24 I/O-bound tasks on 1 and 3 `fredica serve` nodes
+    cfg = dataclasses.replace(TINY, cluster_tasks=24, cluster_rounds=1, cluster_claim_samples=10)
+
+    # When it runs
+    doc, errors = harness.run(cfg, ["cluster"], tmp_path / "work")
+
+    # Then both shapes completed, the 3-node run used every node, and the ratio is of them
+    assert errors == {}
+    detail = doc["details"]["cluster"]
+    one, three = detail["rounds"][1][0], detail["rounds"][3][0]
+    assert one["status"] == three["status"] == "completed"
+    assert sum(one["ran_on"].values()) == sum(three["ran_on"].values()) == 24
+    assert len(one["ran_on"]) == 1 and len(three["ran_on"]) == 3
+    assert doc["ratios"]["cluster_3_nodes_vs_1"] == detail["speedup"]
+    assert detail["speedup"] == round(one["wall_s"] / three["wall_s"], 3)
+    assert doc["targets"]["cluster_3_nodes_ge_2_8x"] is (detail["speedup"] >= 2.8)
+    # the claim round trip over HTTP, beside the local store's
+    summary = doc["cluster"]
+    assert all(
+        positive(summary[k])
+        for k in ("claim_http_ms", "complete_http_ms", "claim_local_ms", "complete_local_ms")
+    )
+    assert "home cluster" in report.markdown(doc)

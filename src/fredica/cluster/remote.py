@@ -115,13 +115,26 @@ class RemoteOwner:
     async def complete(
         self, items: Sequence[CompletionItem], starts: Sequence[StartItem], node_id: str
     ) -> list[Completed | errors.FredicaError]:
+        return (await self.complete_and_claim(items, starts, node_id, None))[0]
+
+    async def complete_and_claim(
+        self,
+        items: Sequence[CompletionItem],
+        starts: Sequence[StartItem],
+        node_id: str,
+        claim: ClaimFilter | None,
+    ) -> tuple[list[Completed | errors.FredicaError], list[Task]]:
+        """The owner's group commit in one round trip: record the starts, accept the
+        completions, then claim for `claim` (None: claim nothing)."""
         answer = await self._report(
             "complete",
             node_id,
             items=[protocol.completion_to_json(i) for i in items],
             starts=[protocol.start_to_json(s) for s in starts],
+            claim=None if claim is None else protocol.filter_to_json(claim),
         )
-        return [protocol.outcome_from_json(d) for d in answer["outcomes"]]
+        outcomes = [protocol.outcome_from_json(d) for d in answer["outcomes"]]
+        return outcomes, protocol.tasks_from_json(answer.get("tasks", []))
 
     async def fail(self, failure: Failure, node_id: str) -> Task:
         answer = await self._report("fail", node_id, failure=protocol.failure_to_json(failure))

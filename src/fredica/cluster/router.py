@@ -100,18 +100,15 @@ class OwnerRouter:
         for owner in owners[first:] + owners[:first]:
             if free <= 0:
                 break
-            want = dataclasses.replace(flt, limit=free, ahead=0, ahead_types=frozenset())
             try:
-                got = await owner.claim(want, node_id or self.node_id)
+                got = await owner.claim(_remote_filter(flt, free), node_id or self.node_id)
             except errors.StoreError as exc:
                 self._owners.unreachable(owner, exc)
                 continue
             except errors.FredicaError as exc:
                 logger.warning("claim at %s refused: %s", owner.node_id, exc)
                 continue
-            for task in got:
-                self._claimed[task.id] = owner
-                self._tasks[task.id] = task
+            self._remember(owner, got)
             claimed += got
             free -= len(got)
         return claimed
@@ -194,32 +191,38 @@ class OwnerRouter:
         node_id: str | None = None,
         starts: Sequence[StartItem] = (),
     ) -> tuple[list[Completed | errors.FredicaError], list[Task]]:
-        """Each owner's part goes to its owner. A result for a peer that cannot be reached goes
-        into this node's durable outbox and counts as accepted here: it is delivered when the
-        owner answers again (`deliver_outbox`), so neither the batch nor the local results wait
-        for it."""
+        """Each owner's part goes to its owner, in one round trip that also claims from that
+        owner for the slots still free after this node's own store claimed. A result for a
+        peer that cannot be reached goes into this node's durable outbox and counts as
+        accepted here: it is delivered when the owner answers again (`deliver_outbox`), so
+        neither the batch nor the local results wait for it."""
+        claimer = node_id or self.node_id
         outcomes: dict[int, Completed | errors.FredicaError] = {}
         mine_idx, theirs_idx = self._split(list(range(len(items))), lambda i: items[i].task_id)
         my_starts, their_starts = self._split(starts, lambda s: s.task_id)
-        for owner in set(theirs_idx) | set(their_starts):
-            idx = theirs_idx.get(owner, [])
-            part = [items[i] for i in idx]
-            try:
-                got = await owner.complete(
-                    part, their_starts.get(owner, []), node_id or self.node_id
-                )
-            except errors.StoreError as exc:
-                self._owners.unreachable(owner, exc)
-                got = await self._outbox_completions(owner, part, exc)
-            outcomes.update(zip(idx, got, strict=True))
-            for i in idx:
-                self._forget(items[i].task_id)
         local_outcomes, claimed = await self.local.complete_and_claim(
             [items[i] for i in mine_idx], claim, node_id, my_starts
         )
         outcomes.update(zip(mine_idx, local_outcomes, strict=True))
-        if claim is not None:
-            free = claim.limit - _started(claimed, claim)
+        free = claim.limit - _started(claimed, claim) if claim is not None else 0
+        for owner in set(theirs_idx) | set(their_starts):
+            idx = theirs_idx.get(owner, [])
+            part = [items[i] for i in idx]
+            want = _remote_filter(claim, free) if claim is not None and free > 0 else None
+            try:
+                got, more = await owner.complete_and_claim(
+                    part, their_starts.get(owner, []), claimer, want
+                )
+            except errors.StoreError as exc:
+                self._owners.unreachable(owner, exc)
+                got, more = await self._outbox_completions(owner, part, exc), []
+            outcomes.update(zip(idx, got, strict=True))
+            for i in idx:
+                self._forget(items[i].task_id)
+            self._remember(owner, more)
+            claimed += more
+            free -= len(more)
+        if claim is not None and free > 0:
             claimed += await self._claim_remote(claim, free, node_id)
         return [outcomes[i] for i in range(len(items))], claimed
 
@@ -263,6 +266,11 @@ class OwnerRouter:
             raise
         self._forget(task_id)
         return task
+
+    def _remember(self, owner: RemoteOwner, tasks: list[Task]) -> None:
+        for task in tasks:
+            self._claimed[task.id] = owner
+            self._tasks[task.id] = task
 
     def _forget(self, task_id: str) -> None:
         self._claimed.pop(task_id, None)
@@ -354,6 +362,12 @@ class OwnerRouter:
             else:
                 theirs.setdefault(owner, []).append(value)
         return mine, theirs
+
+
+def _remote_filter(flt: ClaimFilter, free: int) -> ClaimFilter:
+    """What to ask of a peer: only the free slots, never ahead (a task claimed ahead would
+    wait in this node's queue where its owner cannot see it)."""
+    return dataclasses.replace(flt, limit=free, ahead=0, ahead_types=frozenset())
 
 
 def _started(claimed: list[Task], flt: ClaimFilter) -> int:

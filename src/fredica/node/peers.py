@@ -145,7 +145,10 @@ class PeerDesk:
         starts = protocol.decode(
             "starts", lambda v: [protocol.start_from_json(d) for d in v], body.get("starts", [])
         )
-        outcomes, _ = await self._store.complete_and_claim(items, None, node_id, starts)
+        flt = None
+        if body.get("claim") is not None:
+            flt = protocol.decode("claim filter", protocol.filter_from_json, body["claim"])
+        outcomes, claimed = await self._store.complete_and_claim(items, flt, node_id, starts)
         answered: list[Completed | errors.FredicaError] = []
         for item, outcome in zip(items, outcomes, strict=True):
             if isinstance(outcome, errors.IllegalTransition):
@@ -161,7 +164,10 @@ class PeerDesk:
         for outcome in answered:
             if isinstance(outcome, Completed):
                 self._changed(outcome.pipeline_id or "")
-        return {"outcomes": [protocol.outcome_to_json(o) for o in answered]}
+        return {
+            "outcomes": [protocol.outcome_to_json(o) for o in answered],
+            "tasks": [t.to_json() for t in claimed],
+        }
 
     async def verify(self, node_id: str) -> JSON:
         """A claimer restarted (seed 001 §7.5): what it held here did not survive, so nothing
