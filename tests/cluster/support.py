@@ -70,8 +70,9 @@ class Cluster:
         return "\n".join(f"--- {n}\n{s.log.read_text()[-4000:]}" for n, s in self.nodes.items())
 
 
-def get(node: ServedNode, path: str, **params: Any) -> Any:
-    with httpx.Client(base_url=node.url, timeout=10, trust_env=False) as client:
+def get(node: ServedNode, path: str, secret: bool = False, **params: Any) -> Any:
+    headers = {"X-Cluster-Secret": SECRET} if secret else {}
+    with httpx.Client(base_url=node.url, timeout=10, trust_env=False, headers=headers) as client:
         response = client.get(path, params=params)
         assert response.status_code == 200, response.text
         return response.json()

@@ -258,3 +258,41 @@ def test_clocks_ten_minutes_apart_cause_no_false_reclaim_and_no_lost_update(
             abs(get(cluster.nodes["b"], "/api/v1/status").get("started_at", 0) - time.time() - 600)
             < 60
         )
+
+
+def test_a_node_leaves_work_to_a_better_free_node(tmp_path: Path) -> None:
+    # Given b scores 95 for AI_ANALYZE work and c the default (seed 001 §6.3's score gate)
+    with make_cluster(tmp_path) as cluster:
+        config = cluster.nodes["b"].config
+        config.write_text(
+            config.read_text().replace(
+                "    enabled: true\n",
+                "    enabled: true\n    providers:\n      - backend: local-extractive\n"
+                "        score: 95\n",
+                1,
+            )
+        )
+        cluster.start_all()
+        c = cluster.nodes["c"]
+
+        def b_seen_by_c() -> float:
+            rows = get(c, "/api/v1/nodes")["nodes"]
+            row = next((n for n in rows if n["id"] == cluster.ids["b"]), None)
+            return float(row["info"].get("scores", {}).get("TEST_EFFECT_AI", 0)) if row else 0.0
+
+        own = get(c, "/cluster/info", secret=True)["scores"]["TEST_EFFECT_AI"]
+        wait_until(lambda: b_seen_by_c() > own, 10, "c to learn that b scores higher")
+        log = tmp_path / "effects.jsonl"
+        tasks = [
+            {"ref": f"t{i}", "type": "TEST_EFFECT_AI", "payload": {"effect_log": str(log)}}
+            for i in range(2)
+        ]
+        # When two such tasks are created while b has two free slots
+        a = cluster.nodes["a"]
+        pid = post(a, "/api/v1/pipelines", {"template": "custom", "tasks": tasks})["pipeline_id"]
+        done = wait_until(lambda: pipeline_done(a, pid), 30, "the pipeline")
+
+        # Then b ran both: c deferred to it
+        assert done["status"] == "completed", cluster.logs()
+        ran_on = {e["node"] for e in effects(log) if e["phase"] == "end"}
+        assert ran_on == {cluster.ids["b"]}

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fredica.domain.models import CloudPreference, NewTask
+from fredica.domain.models import Affinity, CloudPreference, NewTask
 from fredica.store.base import ClaimFilter
 
-from .conftest import make_pipeline
+from .conftest import NODE, make_pipeline
 
 
 async def test_cloud_and_local_only_tasks_wait_for_a_node_that_can_honour_them(store) -> None:
@@ -38,3 +38,33 @@ async def test_an_empty_gate_admits_no_task_of_that_preference(store) -> None:
     )
     flt = ClaimFilter(limit=10, cloud_only_types=frozenset())
     assert {t.id for t in await store.claim(flt)} == {"auto"}
+
+
+async def test_a_deferred_type_is_claimed_only_when_pinned_to_this_node(store) -> None:
+    # seed 001 §6.3: a better node is free for ASR, so this node leaves ASR to it, except the
+    # tasks that must or should run here
+    await make_pipeline(
+        store,
+        NewTask("ASR", id="free"),
+        NewTask("ASR", id="hard-here", affinity=Affinity.hard(NODE)),
+        NewTask("ASR", id="soft-here", affinity=Affinity.soft(NODE)),
+        NewTask("OCR", id="other-type"),
+    )
+    flt = ClaimFilter(limit=10, deferred_types=frozenset({"ASR"}))
+    assert {t.id for t in await store.claim(flt)} == {"hard-here", "soft-here", "other-type"}
+    assert [t.id for t in await store.claim(ClaimFilter(limit=10), "node-b")] == ["free"]
+
+
+async def test_a_task_soft_pinned_to_an_available_node_waits_for_it_a_while(store, clock) -> None:
+    await make_pipeline(
+        store,
+        NewTask("T", id="soft-b", affinity=Affinity.soft("node-b")),
+        NewTask("T", id="soft-gone", affinity=Affinity.soft("node-gone")),
+        NewTask("T", id="plain"),
+    )
+    flt = ClaimFilter(limit=10, soft_elsewhere=frozenset({"node-b"}), soft_wait=30.0)
+    # node-b is online with free slots: its SOFT task waits for it
+    assert {t.id for t in await store.claim(flt)} == {"soft-gone", "plain"}
+    # ...for at most `soft_wait` seconds: then anyone capable takes it
+    clock.advance(31)
+    assert [t.id for t in await store.claim(flt)] == ["soft-b"]

@@ -482,9 +482,11 @@ async def test_backend_is_chosen_recorded_and_max_concurrent_respected(tmp_path:
         assert by_backend["deepseek-api"].result["has_key"] is True
         assert by_backend["local-extractive"].result["has_key"] is False
         events = await n.task_events(by_backend["deepseek-api"].id)
-        # the completion event names the backend that ran, with its score
+        # the completion event names the backend that ran, with its score: 75, less the load
+        # modifier for the other task this node held (seed 001 §2.7.2: half load, balanced -5)
         done = [e.message or "" for e in events if e.event_type == "completed"]
-        assert done and done[0].startswith("backend deepseek-api score=75")
+        assert done and done[0].startswith("backend deepseek-api score=70"), done
+        assert "load -5" in done[0]
     finally:
         await n.stop()
 

@@ -42,6 +42,9 @@ def filter_to_json(flt: ClaimFilter) -> JSON:
         "pausable": dict(flt.pausable),
         "cloud_only_types": _opt_list(flt.cloud_only_types),
         "local_only_types": _opt_list(flt.local_only_types),
+        "deferred_types": sorted(flt.deferred_types),
+        "soft_elsewhere": sorted(flt.soft_elsewhere),
+        "soft_wait": flt.soft_wait,
     }
 
 
@@ -55,6 +58,9 @@ def filter_from_json(d: JSON) -> ClaimFilter:
         pausable={str(k): bool(v) for k, v in dict(d.get("pausable") or {}).items()},
         cloud_only_types=_opt_set(d.get("cloud_only_types")),
         local_only_types=_opt_set(d.get("local_only_types")),
+        deferred_types=_opt_set(d.get("deferred_types")) or frozenset(),
+        soft_elsewhere=_opt_set(d.get("soft_elsewhere")) or frozenset(),
+        soft_wait=float(d.get("soft_wait") or 0.0),
     )
 
 

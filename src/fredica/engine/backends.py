@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +97,35 @@ class BackendSelector:
 
     def function_of(self, task_type: str, payload: Mapping[str, Any]) -> F | None:
         return task_types.required_function(task_type, payload, self.plugin_functions)
+
+    def type_scores(
+        self,
+        task_types: Iterable[str],
+        active_by_backend: Mapping[str, int],
+        pending: int,
+    ) -> dict[str, float]:
+        """This node's effective score per task type now (its best backend for a task of that
+        type with no particular payload, at this load): what it advertises to its peers and
+        compares with theirs before claiming (seed 001 §6.3)."""
+        scores: dict[str, float] = {}
+        load = scoring.LoadInfo(pending_tasks=pending, active_by_backend=dict(active_by_backend))
+        for task_type in sorted(task_types):
+            demand = scoring.TaskDemand(
+                task_type=task_type,
+                payload={},
+                cloud_preference=scoring.CloudPreference.AUTO,
+                quality=scoring.QualityContext(),
+                storage_preference="any",
+            )
+            try:
+                best = scoring.evaluate(
+                    self.capabilities, demand, self.profile, load, self.plugin_functions
+                ).best
+            except errors.PayloadError:
+                continue  # the type needs a payload to pick its function (DOWNLOAD_VIDEO)
+            if best is not None:
+                scores[task_type] = round(best.breakdown.effective, 2)
+        return scores
 
     def saturated_functions(self, active_by_backend: Mapping[str, int]) -> frozenset[F]:
         """Functions whose every declared backend is at its max_concurrent right now."""

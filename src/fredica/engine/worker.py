@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fredica.cluster.gate import NO_GATE, ClaimGate, Gate
 from fredica.domain import errors, models
 from fredica.domain.clock import Clock, SystemClock
 from fredica.domain.models import ErrorType, TaskStatus
@@ -135,6 +136,8 @@ class WorkerEngine:
         self.stats = {"claimed": 0, "completed": 0, "failed": 0, "retried": 0, "cancelled": 0}
         self.failure: BaseException | None = None
         self.selector: BackendSelector | None = None
+        #: the score gate against the peers (set by the node when it has peers)
+        self.gate: ClaimGate | None = None
         self._pausable = registry.pausable_map()
         self._active_by_backend: dict[str, int] = {}
         self._background: set[asyncio.Future[Any]] = set()
@@ -491,6 +494,7 @@ class WorkerEngine:
         # what fills a free slot starts at once (claimed straight into running); what is
         # claimed ahead stays `claimed` until it starts (a crash hands it back without
         # counting an attempt)
+        gate = self._gate(types)
         return ClaimFilter(
             limit=free,
             types=types,
@@ -500,7 +504,31 @@ class WorkerEngine:
             local_only_types=local_only,
             ahead=ahead,
             ahead_types=short & types,
+            deferred_types=gate.deferred_types,
+            soft_elsewhere=gate.soft_elsewhere,
+            soft_wait=self.gate.defer_window if self.gate is not None else 0.0,
         )
+
+    def _gate(self, types: frozenset[str]) -> Gate:
+        """What to leave to better or preferred peers (nothing without peers)."""
+        if self.gate is None or not self.gate.needs_scores():
+            return NO_GATE
+        mine = (
+            self.selector.type_scores(types, self._active_by_backend, self.load)
+            if self.selector is not None
+            else {}
+        )
+        return self.gate.apply(types, mine)
+
+    @property
+    def active_by_backend(self) -> dict[str, int]:
+        """Tasks running now per backend."""
+        return dict(self._active_by_backend)
+
+    @property
+    def load(self) -> int:
+        """Tasks this node holds (running or claimed ahead): its queue depth for §2.7.2."""
+        return len(self._running) + len(self._queued)
 
     async def _wait_wake(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -627,7 +655,10 @@ class WorkerEngine:
         recorded with the outcome, in the same transaction."""
         if self.selector is None:
             return None
-        choice = self.selector.choose(running.task, self._active_by_backend, pending=0)
+        # the load modifier counts the other work this node holds (seed 001 §2.7.2)
+        choice = self.selector.choose(
+            running.task, self._active_by_backend, pending=max(0, self.load - 1)
+        )
         ctx.backend = choice.backend
         ctx.backend_config = dict(choice.config)
         if choice.model:

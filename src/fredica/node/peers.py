@@ -94,7 +94,10 @@ class PeerDesk:
                 max_workers=int(node.get("max_workers") or (before.max_workers if before else 0)),
                 last_seen_at=0.0,
                 address=str(node.get("address") or (before.address if before else "")) or None,
-                info={k: v for k, v in node.items() if k in ("running", "free_slots")},
+                info={
+                    **(before.info if before else {}),
+                    **{k: v for k, v in node.items() if k in ("running", "free_slots", "scores")},
+                },
             )
         )
 

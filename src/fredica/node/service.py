@@ -23,6 +23,7 @@ from typing import Any
 from fredica import auth
 from fredica.capabilities import catalog, task_types
 from fredica.cluster import discovery, files
+from fredica.cluster.gate import ClaimGate, PeerView
 from fredica.cluster.membership import Membership
 from fredica.cluster.remote import RemoteOwner
 from fredica.cluster.router import OwnerRouter
@@ -176,6 +177,10 @@ class Node:
             self.clock,
             on_change=self.changes.notify,
         )
+        if self.membership is not None or settings.store_url:
+            # with peers, a node leaves work to better ones (seed 001 §6.3)
+            poll = settings.engine_settings().poll_interval
+            self.engine.gate = ClaimGate(settings.node_id, cfg.scheduling.defer_window_polls * poll)
         self.peers = PeerDesk(
             store,
             self.engine,
@@ -292,6 +297,9 @@ class Node:
                     "quarantine": self.engine.quarantine.reason
                     if self.engine.quarantine.active
                     else None,
+                    # what the peers' score gate reads (seed 001 §6.3)
+                    "free_slots": self.free_slots,
+                    "scores": self.type_scores(),
                 },
             )
         )
@@ -331,6 +339,7 @@ class Node:
             await asyncio.sleep(interval)
             try:
                 await self.register_self()
+                await self.refresh_gate()
             except errors.StoreError as exc:
                 logger.warning("presence not recorded: %s", exc, extra={"action": "presence"})
 
@@ -438,7 +447,41 @@ class Node:
             "free_slots": max(0, engine.max_workers - running),
             "task_types": sorted(self.engine.claimable_types()),
             "capabilities": self._capability_rows(),
+            "scores": self.type_scores(),
         }
+
+    @property
+    def free_slots(self) -> int:
+        """Slots free for new work (none while draining or quarantined)."""
+        if not self.engine.claimable_types():
+            return 0
+        return max(0, self.settings.engine_settings().max_workers - self.engine.load)
+
+    def type_scores(self) -> dict[str, float]:
+        """This node's effective score per task type it can claim, at its current load."""
+        selector = self.engine.selector
+        if selector is None:
+            return {}
+        return selector.type_scores(
+            self.engine.claimable_types(), self.engine.active_by_backend, self.engine.load
+        )
+
+    async def refresh_gate(self) -> None:
+        """Give the score gate what the peers last reported (node registry rows: written by
+        membership in a home cluster, by each node itself on a shared database)."""
+        if self.engine.gate is None:
+            return
+        now = await self._store.now()
+        fresh = now - self.settings.engine_settings().stale_after
+        self.engine.gate.update(
+            PeerView(
+                node_id=row.id,
+                online=row.status in ("online", "busy") and row.last_seen_at >= fresh,
+                free_slots=int(row.info.get("free_slots") or 0),
+                scores={str(k): float(v) for k, v in dict(row.info.get("scores") or {}).items()},
+            )
+            for row in await self._store.list_nodes()
+        )
 
     def _capability_rows(self) -> list[dict[str, Any]]:
         selector = self.engine.selector

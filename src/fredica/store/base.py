@@ -79,6 +79,13 @@ class ClaimFilter:
     #: node's claim-ahead queue
     ahead: int = 0
     ahead_types: frozenset[str] = frozenset()
+    #: types a better node is free to run (seed 001 §6.3 score gate): of these only tasks
+    #: pinned to this node (HARD or SOFT affinity) are claimed
+    deferred_types: frozenset[str] = frozenset()
+    #: nodes online with free slots: a task SOFT-pinned to one of them is left to it until it
+    #: has been ready for `soft_wait` seconds (seed 001 §2.6)
+    soft_elsewhere: frozenset[str] = frozenset()
+    soft_wait: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

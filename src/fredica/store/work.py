@@ -58,11 +58,10 @@ def claim(tx: Tx, flt: ClaimFilter) -> list[Task]:
     return claimed
 
 
-def _claim_part(
-    tx: Tx, flt: ClaimFilter, limit: int, types: frozenset[str] | None, start: bool
-) -> list[Task]:
-    if limit <= 0 or (types is not None and not types):
-        return []
+def _ready_where(
+    tx: Tx, flt: ClaimFilter, types: frozenset[str] | None
+) -> tuple[list[str], list[Any]]:
+    """The predicates (and parameters) of the ready tasks `flt` lets this node claim."""
     node_id = tx.node_id
     where = [
         "status = 'pending'",
@@ -76,6 +75,17 @@ def _claim_part(
     if types is not None:
         where.append(f"type IN ({','.join('?' for _ in types)})")
         params.extend(sorted(types))
+    if flt.deferred_types:
+        marks = ",".join("?" for _ in flt.deferred_types)
+        where.append(f"(type NOT IN ({marks}) OR affinity_node_id = ?)")
+        params += [*sorted(flt.deferred_types), node_id]
+    if flt.soft_elsewhere:
+        marks = ",".join("?" for _ in flt.soft_elsewhere)
+        where.append(
+            f"(affinity_kind IS NULL OR affinity_kind <> 'SOFT' OR affinity_node_id NOT IN "
+            f"({marks}) OR updated_at <= ?)"
+        )
+        params += [*sorted(flt.soft_elsewhere), tx.now - flt.soft_wait]
     for preference, allowed in (
         ("cloud_only", flt.cloud_only_types),
         ("local_only", flt.local_only_types),
@@ -84,6 +94,16 @@ def _claim_part(
             marks = ",".join("?" for _ in allowed) or "NULL"
             where.append(f"(cloud_preference != ? OR type IN ({marks}))")
             params += [preference, *sorted(allowed)]
+    return where, params
+
+
+def _claim_part(
+    tx: Tx, flt: ClaimFilter, limit: int, types: frozenset[str] | None, start: bool
+) -> list[Task]:
+    if limit <= 0 or (types is not None and not types):
+        return []
+    node_id = tx.node_id
+    where, params = _ready_where(tx, flt, types)
     params.append(limit)
     ids = [
         r[0]
