@@ -37,6 +37,13 @@ plugins:
 """
 
 
+def on_node(data_dir: Path, result_path: str) -> Path:
+    """Where a result path of the node with `data_dir` is (results name the files a node
+    wrote relative to its data dir; a user's own file stays absolute)."""
+    path = Path(result_path)
+    return path if path.is_absolute() else data_dir / path
+
+
 def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
     """Poll `check` until it returns something true (returned), or fail after `timeout`."""
     deadline = time.monotonic() + timeout
@@ -60,6 +67,10 @@ class ServedNode:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def path(self, result_path: str) -> Path:
+        """A file a task of this node wrote: results name them relative to its data dir."""
+        return on_node(self.data_dir, result_path)
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)

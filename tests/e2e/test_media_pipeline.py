@@ -139,7 +139,7 @@ def test_long_pipeline_spawns_a_chunk_per_piece_and_merges_them(
     print(f"\ntranscribe_long, 3 chunks: WER {wer:.3f}: {text}")
     assert wer < 0.25
     # SRT: monotonic, and every segment inside the window of the chunk that produced it
-    srt = parse_srt(Path(merge["result"]["files"]["srt"]).read_text())
+    srt = parse_srt(node.path(merge["result"]["files"]["srt"]).read_text())
     assert [s for s, _, _ in srt] == sorted(s for s, _, _ in srt)
     assert all(end >= start for start, end, _ in srt)
     windows = [(c["payload"]["chunk_start_sec"],
@@ -192,7 +192,7 @@ def test_url_sources_download_first_and_classify_failures(
                           "params": {"analyze": False}})  # fmt: skip
         assert data["status"] == "completed"
         dl = of_type(data, "DOWNLOAD_VIDEO")[0]
-        assert Path(dl["result"]["video_path"]).read_bytes() == video.read_bytes()
+        assert node.path(dl["result"]["video_path"]).read_bytes() == video.read_bytes()
         extract = of_type(data, "EXTRACT_AUDIO")[0]
         assert extract["payload"]["video_path"] == dl["result"]["video_path"]
 

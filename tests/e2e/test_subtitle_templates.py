@@ -77,8 +77,8 @@ def test_dub_transcribes_translates_speaks_and_burns(
     merged = one(data, "MERGE_TRANSCRIPTION")["result"]
     translated = one(data, "TRANSLATE_TEXT")
     assert translated["backend"] == "openai-translate-api"
-    english = sf.parse(Path(merged["files"]["srt"]).read_text())
-    german = sf.parse(Path(translated["result"]["srt_path"]).read_text())
+    english = sf.parse(node.path(merged["files"]["srt"]).read_text())
+    german = sf.parse(node.path(translated["result"]["srt_path"]).read_text())
     assert [(c.start, c.end) for c in german] == [(c.start, c.end) for c in english]
     assert "Fuchs" in " ".join(c.text for c in german)  # "fox", translated
     speech = one(data, "GENERATE_TTS")
@@ -90,7 +90,7 @@ def test_dub_transcribes_translates_speaks_and_burns(
     assert not [t for t in data["tasks"] if t["type"] == "BLUR_SUBTITLE_REGION"]
     assert burn["payload"]["audio_path"] == speech["result"]["audio_path"]
     assert burn["payload"]["subtitle_path"] == translated["result"]["srt_path"]
-    out = Path(burn["result"]["video_path"])
+    out = node.path(burn["result"]["video_path"])
     with node.client() as client:  # the results are reachable through the files API
         listed = client.get(f"/api/v1/tasks/{burn['id']}/files").json()["files"]
         assert [f["name"] for f in listed] == [out.name]
@@ -135,4 +135,4 @@ def test_summary_audio_reads_the_analysis_aloud(node: ServedNode, media: tuple[P
     assert summary and speech["payload"]["text"] == summary
     assert speech["result"]["voice"] == "en-us"
     assert 1.0 < speech["result"]["duration_sec"] < 60
-    assert Path(speech["result"]["audio_path"]).stat().st_size > 20_000
+    assert node.path(speech["result"]["audio_path"]).stat().st_size > 20_000

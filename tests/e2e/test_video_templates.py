@@ -127,11 +127,13 @@ def test_fingerprint_transcode_and_overview(node: ServedNode, tmp_path: Path) ->
     out = process(node, "transcode", clip, "video_codec=h264", "crf=35", "width=160")
     assert "libx264" in out
     encoded = of_type(last_pipeline(node, "transcode"), "TRANSCODE")[0]
-    assert encoded["backend"] == "ffmpeg-cpu" and Path(encoded["result"]["output_path"]).is_file()
+    assert (
+        encoded["backend"] == "ffmpeg-cpu" and node.path(encoded["result"]["output_path"]).is_file()
+    )
     out = process(node, "fingerprint", clip)
     assert "7 frame hashes" in out
     original = of_type(last_pipeline(node, "fingerprint"), "FINGERPRINT_VIDEO")[0]["result"]
-    process(node, "fingerprint", Path(encoded["result"]["output_path"]))
+    process(node, "fingerprint", node.path(encoded["result"]["output_path"]))
     copy = of_type(last_pipeline(node, "fingerprint"), "FINGERPRINT_VIDEO")[0]["result"]
     other = pattern_video(tmp_path / "other.mp4", "mandelbrot", duration=6.5, size="320x240")
     process(node, "fingerprint", other)
@@ -145,8 +147,9 @@ def test_fingerprint_transcode_and_overview(node: ServedNode, tmp_path: Path) ->
 
 
 def compare(node: ServedNode, a: str, b: str) -> str:
+    first, second = str(node.path(a)), str(node.path(b))  # result paths: under the data dir
     done = subprocess.run(
-        [sys.executable, "-m", "fredica", "fingerprint-compare", a, b],
+        [sys.executable, "-m", "fredica", "fingerprint-compare", first, second],
         capture_output=True, text=True, env=node.env() | {"COLUMNS": "200"}, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

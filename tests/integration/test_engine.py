@@ -349,12 +349,19 @@ async def test_check_existing_skips_the_run(node: Node, tmp_path: Path) -> None:
         node, [{"ref": "w", "type": "TEST_WRITE", "payload": {"output": str(out)}}]
     )
     await wait_for(lambda: pipeline_done(node, pid))
-    assert (await task(node, refs["w"])).result == {"output": str(out), "reused": False}
+    # the output is under the node's data dir: the result names it relative to it
+    assert (await task(node, refs["w"])).result == {
+        "output": str(out.relative_to(node.settings.data_dir)),
+        "reused": False,
+    }
     pid2, refs2 = await create(
         node, [{"ref": "w", "type": "TEST_WRITE", "payload": {"output": str(out)}}]
     )
     await wait_for(lambda: pipeline_done(node, pid2))
-    assert (await task(node, refs2["w"])).result == {"output": str(out), "reused": True}
+    assert (await task(node, refs2["w"])).result == {
+        "output": str(out.relative_to(node.settings.data_dir)),
+        "reused": True,
+    }
 
 
 async def test_spawning_at_completion(node: Node) -> None:

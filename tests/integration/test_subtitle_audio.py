@@ -11,6 +11,7 @@ import pytest
 from fredica.domain import errors
 from fredica.executors import speech, subsync
 from tests import subtitle_support as ss
+from tests.e2e.conftest import on_node
 from tests.media_support import make_context
 
 pytestmark = pytest.mark.slow
@@ -220,4 +221,7 @@ async def test_transcribe_speakers_turns_diarization_into_labelled_chunks(
     print(f"\n{by_speaker}")
     assert "podcast" in by_speaker["SPEAKER_00"].lower()
     assert "having me" in by_speaker["SPEAKER_01"].lower()
-    assert "SPEAKER_01: Thanks for having me" in Path(merge.result["files"]["txt"]).read_text()
+    assert (
+        "SPEAKER_01: Thanks for having me"
+        in on_node(node.settings.data_dir, merge.result["files"]["txt"]).read_text()
+    )

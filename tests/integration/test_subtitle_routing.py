@@ -15,6 +15,7 @@ from fredica.node import compose
 from fredica.node.service import Node
 from fredica.pipelines.request import PipelineRequest
 from tests import subtitle_support as ss
+from tests.e2e.conftest import on_node
 
 pytestmark = pytest.mark.slow
 S = TaskStatus
@@ -77,7 +78,7 @@ async def test_case_a_no_hard_subtitles_burns_directly(
     assert detect.result["sample_times"][0] == pytest.approx(6.0 * 0.05 + 5.4 / 16, abs=0.01)
     assert burned.status is S.COMPLETED and burned.payload["route"] == "A"
     assert burned.payload["video_path"] == str(media["plain"])
-    text = ss.ocr_text(Path(burned.result["video_path"]), 3.0, tmp_path)
+    text = ss.ocr_text(on_node(node.settings.data_dir, burned.result["video_path"]), 3.0, tmp_path)
     assert seen(text) >= 2, text
 
 
@@ -115,7 +116,7 @@ async def test_case_c_hard_subtitles_with_dubbed_audio_blurs_then_burns(
     # burned onto the cleaned picture
     assert burned.payload["video_path"] == blur.result["video_path"]
     assert burned.started_at >= blur.completed_at
-    out = Path(burned.result["video_path"])
+    out = on_node(node.settings.data_dir, burned.result["video_path"])
     text = ss.ocr_text(out, 3.0, tmp_path)
     assert seen(text) >= 2 and not old_text(text), text
     # the dubbed sound replaced the tone

@@ -130,6 +130,39 @@ def _node(console: Console, data_dir: Path | None, node_url: str | None) -> Iter
         yield stack.enter_context(demo.spawned_node(data, port, data / "media-node.log"))
 
 
+def with_full_paths(client: Any, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Results name files relative to the data dir of the node that ran the task: the ones of
+    the node answering become full paths."""
+    status = client.request("GET", "/api/v1/status")
+    here, data_dir = status["node_id"], Path(status["data_dir"])
+    return [
+        {**t, "result": full_paths(t["result"], data_dir)}
+        if t.get("result") and t.get("claimed_by") == here
+        else t
+        for t in tasks
+    ]
+
+
+def full_paths(result: Any, data_dir: Path, key: str = "") -> Any:
+    """`result` with each relative file path (a `*_path` value, or a value under `files`)
+    joined to `data_dir`."""
+    if isinstance(result, dict):
+        return {
+            k: full_paths(v, data_dir, "files_path" if key == "files" else k)
+            for k, v in result.items()
+        }
+    if isinstance(result, list):
+        return [full_paths(v, data_dir, key) for v in result]
+    if (
+        isinstance(result, str)
+        and key.endswith("_path")
+        and result
+        and not Path(result).is_absolute()
+    ):
+        return str(data_dir / result)
+    return result
+
+
 def _fmt_time(seconds: float) -> str:
     s = int(seconds)
     return f"{s // 60:02d}:{s % 60:02d}"
@@ -138,7 +171,7 @@ def _fmt_time(seconds: float) -> str:
 def report(console: Console, client: Any, pipeline_id: str) -> int:
     """Print the outcome of a media pipeline; 0 if it completed, else 1 with the reasons."""
     data = client.request("GET", f"/api/v1/pipelines/{pipeline_id}")
-    tasks = data["tasks"]
+    tasks = with_full_paths(client, data["tasks"])
     by_type: dict[str, list[dict[str, Any]]] = {}
     for task in tasks:
         by_type.setdefault(task["type"], []).append(task)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fredica.domain.models import NewTask, Pipeline, Task
+from fredica.domain.models import Affinity, NewTask, Pipeline, Task
 
 
 class SpawnInput:
@@ -42,6 +42,21 @@ class SpawnInput:
 
 
 @dataclass(frozen=True, slots=True)
+class Placement:
+    """A task's affinity and the node holding its input files."""
+
+    affinity: Affinity | None
+    file_node_id: str | None
+
+    @classmethod
+    def follow(cls, node_id: str | None, hard: bool = False) -> Placement | None:
+        """Run where `node_id` holds the inputs: there only (`hard`), or there first."""
+        if not node_id:
+            return None
+        return cls(Affinity.hard(node_id) if hard else Affinity.soft(node_id), node_id)
+
+
+@dataclass(frozen=True, slots=True)
 class SpawnPlan:
     """What a completion adds to or changes in its pipeline."""
 
@@ -55,6 +70,9 @@ class SpawnPlan:
     skip_reason: str = "not needed (conditional routing)"
     #: pipeline columns to set (only `detected_language` today)
     pipeline_updates: dict[str, Any] = field(default_factory=dict)
+    #: where existing, not yet started tasks run: their inputs are on the node that ran the
+    #: completed task (seed 001 §2.6: HARD when only that node can read them, else SOFT)
+    place: dict[str, Placement] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -64,6 +82,7 @@ class SpawnPlan:
             or self.add_dependencies
             or self.skip
             or self.pipeline_updates
+            or self.place
         )
 
 

@@ -27,6 +27,7 @@ from fredica.domain.models import ErrorType, TaskStatus
 from fredica.engine.backends import BackendChoice, BackendSelector
 from fredica.engine.registry import Registry
 from fredica.engine.wakeups import CoalescedCall
+from fredica.executors import outputs
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import FileFetcher, TaskContext
 from fredica.executors.control import TaskControl
@@ -679,6 +680,8 @@ class WorkerEngine:
         self._progress.pop(running.task.id, None)
         task = running.task
         started = None if running.start_recorded else running.started_at
+        if result:  # files by path under the data dir, fetchable from this node
+            result = outputs.portable(result, self.settings.data_dir)
         item = CompletionItem(task.id, task.attempt, result, note, running.backend, started)
         running.completed = True
         self._done.append((item, running))

@@ -43,6 +43,26 @@ def resolve(data_dir: Path, path: str | os.PathLike[str]) -> Path:
     return p if p.is_absolute() else data_dir / p
 
 
+def portable(value: Any, data_dir: Path) -> Any:
+    """`value` (a task result) with every absolute path under `data_dir` made relative to it:
+    results name files by (the node that ran the task, a path under its data dir), which any
+    node can fetch from the holder (`TaskContext.input_path`), never by one node's absolute
+    path (DESIGN §6). Paths outside the data dir (a user's own file) stay as they are."""
+    if isinstance(value, str):
+        prefix = str(data_dir.resolve()) + os.sep
+        if value.startswith(prefix):
+            return Path(value[len(prefix) :]).as_posix()
+        raw = str(data_dir) + os.sep
+        if value.startswith(raw):
+            return Path(value[len(raw) :]).as_posix()
+        return value
+    if isinstance(value, dict):
+        return {k: portable(v, data_dir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v, data_dir) for v in value]
+    return value
+
+
 def temp_sibling(final: Path) -> Path:
     """A unique temporary name next to `final` (same directory, so the rename is atomic)."""
     return final.with_name(f".{final.name}.{uuid.uuid4().hex[:8]}.part")

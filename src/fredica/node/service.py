@@ -378,8 +378,7 @@ class Node:
         for _ in range(max_batches):
             cursor = await self._store.replica_cursor(owner.node_id)
             batch = await owner.diff(cursor, REPLICA_BATCH)
-            if batch.cursor == cursor and not batch.tasks and not batch.pipelines:
-                break
+            # applied even when empty: the replica's freshness is when the owner last answered
             applied += await self._store.apply_replica(owner.node_id, batch)
             if len(batch.tasks) + len(batch.pipelines) < REPLICA_BATCH:
                 break
@@ -750,6 +749,8 @@ class Node:
             "node_id": self.node_id,
             "hostname": self.settings.hostname,
             "address": self.address,
+            # result paths are relative to it (files on this node: data dir / path)
+            "data_dir": str(self.settings.data_dir.resolve()),
             "started_at": self.started_at,
             "max_workers": engine.max_workers,
             "running": self.engine.running_count,

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from fredica.capabilities import packaged_models
 from fredica.domain import errors, idempotency, models
-from fredica.domain.spawn import SpawnInput, SpawnPlan
+from fredica.domain.spawn import Placement, SpawnInput, SpawnPlan
 from fredica.executors import analyze, audio, download, merge, outputs, split, transcribe
 from fredica.pipelines.request import PipelineRequest
 from fredica.pipelines.templates import BuildContext, Registrar, Template
@@ -422,16 +422,23 @@ class MediaTemplate(Template):
         def waiting(ttype: str) -> list[models.Task]:
             return [t for t in pending if t.type == ttype]
 
+        # the files a task wrote are on the node that ran it: what reads them follows it
+        # (seed 001 §2.6): the extraction only there (HARD), the rest there first (SOFT; any
+        # other node fetches the file from it)
+        holder = task.claimed_by
         if task.type == DL and "video_path" in result:
+            extract = waiting(EXTRACT)
+            hard = Placement.follow(holder, hard=True)
             return SpawnPlan(
-                patch_payloads={
-                    t.id: {"video_path": result["video_path"]} for t in waiting(EXTRACT)
-                }
+                patch_payloads={t.id: {"video_path": result["video_path"]} for t in extract},
+                place={t.id: hard for t in extract if hard is not None},
             )
         if task.type == EXTRACT and "audio_path" in result:
             targets = waiting(SPLIT) + waiting(DETECT) + waiting(CHUNK)
+            soft = Placement.follow(holder)
             return SpawnPlan(
-                patch_payloads={t.id: {"audio_path": result["audio_path"]} for t in targets}
+                patch_payloads={t.id: {"audio_path": result["audio_path"]} for t in targets},
+                place={t.id: soft for t in targets if soft is not None},
             )
         if task.type == DETECT:
             language = str(result.get("language") or "auto")
@@ -511,6 +518,11 @@ class MediaTemplate(Template):
                 done.pipeline.publisher_id,
                 task_id=str(uuid.uuid4()),
             )
+            holder = done.task.claimed_by  # the chunk files are on the node that split
+            if holder:
+                spec = dataclasses.replace(
+                    spec, affinity=models.Affinity.soft(holder), file_node_id=holder
+                )
             new.append(spec)
             previous = spec.id
         plan_deps: dict[str, tuple[str, ...]] = {}

@@ -531,6 +531,23 @@ class Tx:
                 "UPDATE task SET payload = ?, updated_at = ?, change_seq = ? WHERE id = ?",
                 (dumps(payload), self.now, self.seq, task_id),
             )
+        for task_id, placement in plan.place.items():
+            row = self.task_row(task_id)
+            if TaskStatus(row["status"]) != S.PENDING:
+                continue
+            affinity = placement.affinity
+            self.q(
+                "UPDATE task SET affinity_kind = ?, affinity_node_id = ?, file_node_id = ?, "
+                "updated_at = ?, change_seq = ? WHERE id = ?",
+                (
+                    affinity.kind.value if affinity else None,
+                    affinity.node_id if affinity else None,
+                    placement.file_node_id,
+                    self.now,
+                    self.seq,
+                    task_id,
+                ),
+            )
         for task_id, parents in plan.add_dependencies.items():
             self.add_dependencies(task_id, parents)
         for task_id in plan.skip:
