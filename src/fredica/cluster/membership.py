@@ -25,6 +25,7 @@ import httpx
 from fredica.cluster.remote import RemoteOwner
 from fredica.domain import errors
 from fredica.domain.models import JSON
+from fredica.domain.node_state import REPORTED_INFO
 from fredica.store.base import NodeRecord
 
 logger = logging.getLogger(__name__)
@@ -238,7 +239,7 @@ class Membership:
                     max_workers=int(info.get("max_workers") or 0),
                     last_seen_at=0.0,
                     address=peer.address,
-                    info={k: info[k] for k in ("running", "free_slots", "task_types") if k in info},
+                    info={k: info[k] for k in REPORTED_INFO if k in info},
                 )
             )
         except errors.StoreError as exc:

@@ -16,6 +16,7 @@ from fredica import __version__
 from fredica.cluster import protocol
 from fredica.domain import errors
 from fredica.domain.models import JSON, TaskStatus
+from fredica.domain.node_state import REPORTED_INFO
 from fredica.engine.worker import WorkerEngine
 from fredica.store.base import Completed, NodeRecord, TaskStore
 
@@ -94,7 +95,7 @@ class PeerDesk:
                 max_workers=int(node.get("max_workers") or (before.max_workers if before else 0)),
                 last_seen_at=0.0,
                 address=str(node.get("address") or (before.address if before else "")) or None,
-                info={k: v for k, v in node.items() if k in ("running", "free_slots")},
+                info={k: v for k, v in node.items() if k in REPORTED_INFO},
             )
         )
 
