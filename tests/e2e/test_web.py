@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -19,6 +20,7 @@ import httpx
 import pytest
 
 from fredica.cli.demo import free_port, local_http_server
+from tests.cluster.support import make_cluster
 
 from .conftest import ServedNode
 
@@ -604,3 +606,139 @@ def test_drain_button_on_this_nodes_card(
         card.locator("button.node-drain").click()
         expect(card.locator(".badge")).to_have_text(online, timeout=WAIT_MS)
         assert api(served, "GET", "/api/v1/status")["draining"] is False
+
+
+def test_a_peers_pipeline_shows_with_its_owner_as_a_read_only_replica(
+    tmp_path: Path, open_page: Callable[..., Page]
+) -> None:
+    """Two real nodes: a pipeline of a's, one task running on a, one that ran on b (HARD
+    affinity) and left a file there. b's UI lists it with owner a, a replica badge and its
+    actions disabled; output files are listed by the node that ran the task and linked from
+    the other; a change made on a reaches b's open page."""
+    with make_cluster(tmp_path, "ab") as cluster:
+        for name in "ab":  # distinct hostnames: both nodes run on this machine
+            config = cluster.nodes[name].config
+            config.write_text(
+                config.read_text().replace("node:\n", f"node:\n  hostname: node-{name}\n", 1)
+            )
+        cluster.start_some("ab")
+        a, b = cluster.nodes["a"], cluster.nodes["b"]
+        ids = cluster.ids
+        tasks = [
+            {
+                "ref": "hold",
+                "type": "TEST_SLEEP",
+                "payload": {"seconds": 60},
+                "affinity": {"kind": "HARD", "node_id": ids["a"]},
+            },
+            {
+                "ref": "print",
+                "type": "TEST_PRINT",
+                "payload": {"lines": 1},
+                "affinity": {"kind": "HARD", "node_id": ids["b"]},
+            },
+        ]
+        body = {"template": "custom", "material_id": "cluster-ui", "tasks": tasks}
+        pid = api(a, "POST", "/api/v1/pipelines", json=body)["pipeline_id"]
+
+        def replicated() -> dict[str, Any] | None:
+            data = api(b, "GET", f"/api/v1/pipelines/{pid}")
+            by_ref = {"print" if t["type"] == "TEST_PRINT" else "hold": t for t in data["tasks"]}
+            done = (
+                by_ref["print"]["status"] == "completed" and by_ref["hold"]["status"] == "running"
+            )
+            return by_ref if done and data["replica"] else None
+
+        by_ref = wait_for(replicated, "b's replica: print completed on b, hold running on a", 30)
+        hold, printed = by_ref["hold"]["id"], by_ref["print"]["id"]
+        assert by_ref["print"]["claimed_by"] == ids["b"]
+
+        # --- b's processing page: the whole cluster, a's rows marked as replicas ------------
+        page = open_page(f"{b.url}/processing", locale="zh-CN")
+        row = page.locator(f"table.pipelines-table tr[data-pipeline-id='{pid}']")
+        expect(row.locator(".col-owner .owner-name")).to_have_text("node-a", timeout=WAIT_MS)
+        expect(row.locator(".replica-badge")).to_have_text(re.compile(r"^副本 · \d+ 秒前$"))
+        cancel = row.locator("button.btn-cancel")
+        expect(cancel).to_be_visible()
+        expect(cancel).to_be_disabled()
+        expect(cancel).to_have_attribute("title", re.compile(f"node-a.*{re.escape(a.url)}"))
+        hold_row = page.locator(f"table.tasks-table tr[data-task-id='{hold}']")
+        expect(hold_row.locator(".col-owner .owner-name")).to_have_text("node-a")
+        expect(hold_row.locator(".col-owner .replica-badge")).to_be_visible()
+        expect(hold_row.locator(".col-node")).to_have_text("node-a")
+        expect(hold_row.locator("button[data-action=cancel]")).to_be_disabled()
+        print_row = page.locator(f"table.tasks-table tr[data-task-id='{printed}']")
+        expect(print_row.locator(".col-node")).to_have_text("本机")
+        expect(page.locator("th.col-owner").first).to_be_visible()
+        # the nodes panel: both nodes, scores on the capabilities, this node's outbox
+        expect(page.locator(".node-card")).to_have_count(2)
+        me = page.locator(f".node-card[data-node-id='{ids['b']}']")
+        expect(me.locator(".node-stats")).to_contain_text("待送达所有者的结果 0 个")
+        peer = page.locator(f".node-card[data-node-id='{ids['a']}']")
+        expect(peer.locator(".node-stats")).to_contain_text("最后心跳")
+        expect(peer.locator(".node-stats")).to_contain_text("磁盘剩余")  # reported by a itself
+        expect(peer.locator(".chip .chip-score").first).to_have_text(re.compile(r"^\d+$"))
+        screenshot(page, "cluster-processing")
+
+        # --- b's page of the pipeline: read-only, owner and executor per task ----------------
+        row.locator("a[data-link]").click()
+        expect(page.locator(".pipeline-owner .owner-name")).to_have_text("node-a")
+        expect(page.locator(".pipeline-owner .owner-link")).to_have_attribute(
+            "href", f"{a.url}/pipelines/{pid}"
+        )
+        expect(page.locator("#cancel-pipeline")).to_be_visible()
+        expect(page.locator("#cancel-pipeline")).to_be_disabled()
+        expect(page.locator("#cancel-pipeline")).to_have_attribute("title", re.compile("node-a"))
+        dag = page.locator(".dag-node")
+        expect(dag.filter(has=page.locator(f"[data-node='{ids['a']}']"))).to_have_count(1)
+        expect(page.locator(f"g.dag-node[data-task-id='{printed}'] .dag-executor")).to_have_text(
+            "执行: 本机"
+        )
+        expect(page.locator(f"g.dag-node[data-task-id='{hold}'] .dag-executor")).to_have_text(
+            "执行: node-a"
+        )
+        page.locator(f"g.dag-node[data-task-id='{hold}']").click()
+        detail = page.locator(".task-detail")
+        expect(detail.locator(".detail-head")).to_have_attribute("data-task-id", hold)
+        expect(detail.locator("button[data-action=cancel]")).to_be_disabled()
+        expect(detail.locator(".files-remote")).to_contain_text("node-a")
+        expect(detail.locator(".files-remote a")).to_have_attribute(
+            "href", f"{a.url}/pipelines/{pid}?task={hold}"
+        )
+        # the task that ran here: its file is listed here
+        page.locator(f"g.dag-node[data-task-id='{printed}']").click()
+        expect(detail.locator(".detail-head")).to_have_attribute("data-task-id", printed)
+        expect(detail.locator("ul.files a")).to_have_text("⬇ printed.txt")
+
+        # --- a's page: the file is on b, linked to b's page of the task ------------------------
+        a_page = open_page(f"{a.url}/pipelines/{pid}?task={printed}", locale="en-US")
+        a_detail = a_page.locator(".task-detail")
+        expect(a_detail.locator(".detail-head")).to_have_attribute("data-task-id", printed)
+        expect(a_detail.locator(".files-remote")).to_contain_text("node-b")
+        link = a_detail.locator(".files-remote a")
+        expect(link).to_have_attribute("href", f"{b.url}/pipelines/{pid}?task={printed}")
+        expect(a_page.locator("#cancel-pipeline")).to_be_enabled()
+        expect(a_page.locator(".pipeline-owner .owner-name")).to_have_text("this node")
+        expect(a_page.locator(".pipeline-owner .replica-badge")).to_have_count(0)
+
+        # --- a change on a reaches b's open page (b pulls a's rows, the page reads them) ------
+        api(a, "POST", f"/api/v1/pipelines/{pid}/cancel")
+        expect(page.locator(".pipeline-status")).to_have_attribute(
+            "data-status", "cancelled", timeout=WAIT_MS
+        )
+        screenshot(page, "cluster-replica-pipeline")
+
+        # --- b's open lists follow a's new pipelines, and page by offset (scope=cluster) ------
+        page.locator("a.back").click()
+        rows = page.locator("table.pipelines-table tbody tr[data-pipeline-id]")
+        expect(rows).to_have_count(1)
+        quick = [{"ref": "q", "type": "TEST_SLEEP", "payload": {"seconds": 0}}]
+        for _ in range(20):
+            api(a, "POST", "/api/v1/pipelines", json={"template": "custom", "tasks": quick})
+        more = page.locator(".list-more[data-list=pipelines]")
+        expect(rows).to_have_count(20, timeout=WAIT_MS)  # one page; no reload of the page
+        expect(more).to_be_visible()
+        more.locator("button").click()
+        expect(rows).to_have_count(21)
+        expect(more).to_be_hidden()
+        expect(page.locator(f"tr[data-pipeline-id='{pid}'] .replica-badge")).to_be_visible()

@@ -139,6 +139,14 @@ async def test_web_config_and_cluster(web) -> None:
     assert me["max_workers"] == 2 and me["running"] == 0
     assert "TEST_SLEEP" in me["task_types"]
     assert me["info"]["disk_free"] > 0 and me["info"]["cpu_count"] >= 1
+    # capabilities carry their base scores (best first); the outbox and the replicas are empty
+    # on a node alone
+    assert me["functions"], me
+    for function in me["functions"]:
+        scores = [o["score"] for o in function["options"]]
+        assert scores == sorted(scores, reverse=True) and function["score"] == scores[0]
+        assert {o["backend"] for o in function["options"]} == set(function["backends"])
+    assert cluster["outbox"] == 0 and cluster["replicas"] == {}
 
 
 async def test_quality_check_lists_lowered_quality_defaults(web) -> None:
@@ -199,6 +207,12 @@ async def test_result_files_are_served_only_from_the_task_dir(web, tmp_path: Pat
     assert listed[2]["size"] == 5
     assert listed[2]["url"] == f"/files/results/{task_id}/transcript.txt"
     assert (await client.get("/api/v1/tasks/no-such-task/files")).status_code == 404
+    # a task of another owner that ran here: not in this node's store, its outputs are here
+    (data_dir / "results" / "ran-for-a-peer").mkdir()
+    (data_dir / "results" / "ran-for-a-peer" / "out.txt").write_text("peer")
+    listed = (await client.get("/api/v1/tasks/ran-for-a-peer/files")).json()["files"]
+    assert [(f["name"], f["size"]) for f in listed] == [("out.txt", 4)]
+    assert (await client.get("/api/v1/tasks/linked-task/files")).status_code == 404  # leads out
 
     refused = {
         f"/files/results/{task_id}/%2e%2e/%2e%2e/fredica.db": 400,

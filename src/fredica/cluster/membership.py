@@ -25,13 +25,12 @@ import httpx
 from fredica.cluster.remote import RemoteOwner
 from fredica.domain import errors
 from fredica.domain.models import JSON
+from fredica.domain.node_state import REPORTED_INFO
 from fredica.store.base import NodeRecord
 
 logger = logging.getLogger(__name__)
 
 OFFLINE_AFTER_FAILURES = 3
-#: what of a peer's `/cluster/info` the node registry keeps (the UI, the score gate)
-PEER_INFO_KEYS = ("running", "free_slots", "task_types", "scores", "outbox")
 MAX_BACKOFF_SEC = 30.0
 #: a peer that stopped answering is asked again after at most this many refresh intervals
 BACKOFF_INTERVALS = 8
@@ -240,7 +239,7 @@ class Membership:
                     max_workers=int(info.get("max_workers") or 0),
                     last_seen_at=0.0,
                     address=peer.address,
-                    info={k: info[k] for k in PEER_INFO_KEYS if k in info},
+                    info={k: info[k] for k in REPORTED_INFO if k in info},
                 )
             )
         except errors.StoreError as exc:

@@ -11,6 +11,24 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+#: What a node reports about itself (`/cluster/info`, heartbeats) that its peers keep in their
+#: node registry (`NodeRecord.info`): its load (slots, task types, its score per task type for
+#: the claim gate, its outbox) and its machine (cores, load average, memory, free disk) for the
+#: nodes page.
+REPORTED_INFO = (
+    "running",
+    "free_slots",
+    "task_types",
+    "scores",
+    "outbox",
+    "cpu_count",
+    "load",
+    "mem_total",
+    "mem_available",
+    "disk_free",
+    "disk_total",
+)
+
 
 class NodeStatus(enum.StrEnum):
     ONLINE = "online"  # reachable, claims work, has a free slot

@@ -61,19 +61,40 @@ def _node(row: NodeRecord, self_id: str, live: Live) -> dict[str, Any]:
 
 
 def functions(capabilities: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Capability rows grouped by function: [{function, backends, accelerators}]."""
+    """Capability rows grouped by function: [{function, backends, accelerators, score,
+    options}]; `options` are its backends with their base scores (best first), `score` the
+    best of them (null when the node reported none)."""
     by_function: dict[str, dict[str, Any]] = {}
     for cap in capabilities:
         function = cap.get("function")
         if not function:
             continue
         entry = by_function.setdefault(
-            str(function), {"function": str(function), "backends": [], "accelerators": []}
+            str(function),
+            {
+                "function": str(function),
+                "backends": [],
+                "accelerators": [],
+                "score": None,
+                "options": [],
+            },
         )
         if cap.get("backend") and cap["backend"] not in entry["backends"]:
             entry["backends"].append(cap["backend"])
         if cap.get("accelerator") and cap["accelerator"] not in entry["accelerators"]:
             entry["accelerators"].append(cap["accelerator"])
+        score = cap.get("score")
+        if isinstance(score, int | float):
+            entry["options"].append(
+                {
+                    "backend": cap.get("backend"),
+                    "accelerator": cap.get("accelerator"),
+                    "score": score,
+                }
+            )
+            entry["score"] = max(score, entry["score"] if entry["score"] is not None else score)
+    for entry in by_function.values():
+        entry["options"].sort(key=lambda o: -o["score"])
     return sorted(by_function.values(), key=lambda e: e["function"])
 
 

@@ -16,6 +16,7 @@ from fredica import __version__
 from fredica.cluster import protocol
 from fredica.domain import errors
 from fredica.domain.models import JSON, TaskStatus
+from fredica.domain.node_state import REPORTED_INFO
 from fredica.engine.worker import WorkerEngine
 from fredica.store.base import Completed, NodeRecord, TaskStore
 
@@ -96,7 +97,7 @@ class PeerDesk:
                 address=str(node.get("address") or (before.address if before else "")) or None,
                 info={
                     **(before.info if before else {}),
-                    **{k: v for k, v in node.items() if k in ("running", "free_slots", "scores")},
+                    **{k: v for k, v in node.items() if k in REPORTED_INFO},
                 },
             )
         )

@@ -433,10 +433,13 @@ class Node:
             logger.info("cancel of %s not forwarded: %s", task_id, exc)
 
     def peer_info(self) -> dict[str, Any]:
-        """What this node tells its peers about itself (`/cluster/info`, heartbeats)."""
+        """What this node tells its peers about itself (`/cluster/info`, heartbeats), with its
+        machine's cores, load, memory and free disk for their nodes page (a statvfs and a read
+        of /proc/meminfo: cheap enough to run inline)."""
         engine = self.settings.engine_settings()
         running = self.engine.running_count
         return {
+            **cluster.local_stats(self.settings.data_dir),
             "node_id": self.node_id,
             "hostname": self.settings.hostname,
             "address": self.address,

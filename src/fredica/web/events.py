@@ -1,6 +1,10 @@
 """Server-sent events for the web UI: `snapshot` on connect, then `change` events (counts and
 the task and pipeline rows that changed), `cluster` updates and a keep-alive comment.
 
+Rows of other owners live in this node's replica, outside the change feed: a `change` event
+carries `replicas` (per owner, when its rows were last pulled) whenever that moved, so that a
+page showing the whole cluster knows when to read its list again.
+
 The stream follows the node's change feed (a version that moves on every change) and reads the
 changed rows from the node's per-owner change cursor, so a reconnecting browser misses nothing:
 the cursor is the event id.
@@ -21,6 +25,7 @@ from fastapi.responses import StreamingResponse
 from fredica.api import deps
 from fredica.domain import errors, models
 from fredica.node.service import Node
+from fredica.web.panel import cluster_panel
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +92,7 @@ class EventStream:
         self._counts: dict[str, int] = {}
         self._running = 0
         self._cluster_at = 0.0
+        self._replicas: dict[str, Any] = {}
 
     async def events(self) -> AsyncIterator[str]:
         stop_wait = asyncio.ensure_future(self._stop.wait())
@@ -115,14 +121,16 @@ class EventStream:
         self._seq = await node.latest_change_cursor()
         self._counts = await node.count_by_status()
         self._running = node.running
+        panel = await cluster_panel(node)
         snap = {
             "node_id": node.node_id,
             "version": self._version,
             "seq": self._seq,
             "counts": self._counts,
             "running": self._running,
-            "cluster": await node.cluster_view(),
+            "cluster": panel,
         }
+        self._replicas = panel["replicas"]
         self._cluster_at = time.monotonic()
         return sse("snapshot", snap, self._seq)
 
@@ -140,7 +148,9 @@ class EventStream:
 
     async def _cluster_event(self) -> str:
         self._cluster_at = time.monotonic()
-        return sse("cluster", await self._node.cluster_view())
+        panel = await cluster_panel(self._node)
+        self._replicas = panel["replicas"]
+        return sse("cluster", panel)
 
     async def _change(self, version: int) -> str | None:
         """The `change` event for what changed since the last one (None if nothing shows)."""
@@ -151,7 +161,9 @@ class EventStream:
         self._seq = batch.cursor
         if len(batch.tasks) >= CHANGES_BATCH or len(batch.pipelines) >= CHANGES_BATCH:
             self._version -= 1  # more rows are waiting: do not wait for the next change
-        if not (batch.tasks or batch.pipelines):
+        replicas = await node.replica_marks()
+        replicas_moved = _pulls(replicas) != _pulls(self._replicas)
+        if not (batch.tasks or batch.pipelines or replicas_moved):
             return None
         # Only a task row that changed can move a count (the counts cost a read of every
         # pipeline's counters, so a change of pipelines alone does not pay for it).
@@ -164,9 +176,16 @@ class EventStream:
             "tasks": [slim_task(t) for t in batch.tasks],
             "pipelines": [slim_pipeline(p) for p in batch.pipelines],
         }
+        if replicas_moved:
+            data["replicas"] = self._replicas = replicas
         slots_moved = data["running"] != self._running
         if slots_moved or time.monotonic() - self._cluster_at >= CLUSTER_REFRESH_SEC:
-            data["cluster"] = await node.cluster_view()
+            data["cluster"] = await cluster_panel(node)
             self._cluster_at = time.monotonic()
         self._counts, self._running = counts, data["running"]
         return sse("change", data, self._seq)
+
+
+def _pulls(marks: dict[str, Any]) -> dict[str, float]:
+    """When each owner's rows were last pulled (`age_sec` moves on every read)."""
+    return {owner: mark["pulled_at"] for owner, mark in marks.items()}

@@ -26,11 +26,18 @@ MAX_LISTED_FILES = 1000
 
 @router.get("/api/v1/tasks/{task_id}/files")
 async def task_files(task_id: str, node: deps.NodeDep) -> dict[str, Any]:
-    """Files under the task's result dir, with their download URLs."""
-    await node.get_task(task_id)  # 404 for an unknown task
-    if not SAFE_TASK_ID.match(task_id):
+    """Files under the task's result dir, with their download URLs: a task of this node's, or
+    one of another owner's that ran here (its outputs stay on the node that ran it)."""
+    data_dir = node.settings.data_dir
+    safe = SAFE_TASK_ID.match(task_id) is not None
+    try:
+        await node.get_task(task_id)
+    except domain_errors.NotFound:
+        if not (safe and await asyncio.to_thread(has_result_dir, data_dir, task_id)):
+            raise
+    if not safe:
         return {"files": []}
-    files = await asyncio.to_thread(list_result_files, node.settings.data_dir, task_id)
+    files = await asyncio.to_thread(list_result_files, data_dir, task_id)
     for item in files:
         item["url"] = f"/files/results/{task_id}/{item['name']}"
     return {"files": files}
@@ -72,12 +79,18 @@ def resolve_result_file(data_dir: Path, task_id: str, name: str) -> ResultFile |
     return ResultFile(base, target)
 
 
-def list_result_files(data_dir: Path, task_id: str) -> list[dict[str, Any]]:
-    """Every file under the task's result dir (at most MAX_LISTED_FILES), by name."""
+def has_result_dir(data_dir: Path, task_id: str) -> bool:
+    """Whether this node holds a result dir for the task (it ran the task here)."""
     root = (data_dir / "results").resolve()
     base = (root / task_id).resolve()
-    if base.parent != root or not base.is_dir():
+    return base.parent == root and base.is_dir()
+
+
+def list_result_files(data_dir: Path, task_id: str) -> list[dict[str, Any]]:
+    """Every file under the task's result dir (at most MAX_LISTED_FILES), by name."""
+    if not has_result_dir(data_dir, task_id):
         return []
+    base = (data_dir / "results" / task_id).resolve()
     files: list[dict[str, Any]] = []
     for dirpath, dirnames, filenames in os.walk(base):
         dirnames.sort()

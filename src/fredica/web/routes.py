@@ -20,6 +20,7 @@ from fredica import __version__
 from fredica.api import deps
 from fredica.executors import network_test
 from fredica.pipelines.request import PipelineRequest
+from fredica.web.panel import cluster_panel
 
 STATIC_DIR = Path(__file__).parent / "static"
 INDEX_HTML = STATIC_DIR / "index.html"
@@ -77,5 +78,6 @@ async def quality_check(body: PipelineRequest, node: deps.NodeDep) -> dict[str, 
 
 @router.get("/api/v1/web/cluster")
 async def web_cluster(node: deps.NodeDep) -> dict[str, Any]:
-    """Every known node with slots used, load, memory and free disk (for the UI panel)."""
-    return await node.cluster_view()
+    """Every known node with slots used, load, memory, free disk and capability scores (for
+    the UI panel), this node's outbox and the freshness of its replicas (`replicas`)."""
+    return await cluster_panel(node)

@@ -1,17 +1,21 @@
 // A pipeline's DAG as SVG: layered layout by depth (longest path from a root), ordered within a
-// layer by the mean position of the parents to keep edges short; nodes coloured by status.
+// layer by the mean position of the parents to keep edges short; nodes coloured by status. In a
+// cluster each node also names the node that runs the task (its owner is in the tooltip).
 
 import { t, typeName } from "./i18n.js";
 import { displayStatus, h, typeIcon } from "./dom.js";
+import { nodeName, ownerOf } from "./owners.js";
 
 const NODE_W = 184;
 const NODE_H = 56;
+const EXECUTOR_H = 16; // the extra line naming the executor (cluster view)
 const GAP_X = 72;
 const GAP_Y = 16;
 const PAD = 16;
 
-/** {nodes: [{task, x, y}], edges: [{from, to}], width, height} for tasks in creation order. */
-export function layout(tasks) {
+/** {nodes: [{task, x, y}], edges: [{from, to}], width, height} for tasks in creation order,
+ * with boxes `nodeH` high. */
+export function layout(tasks, nodeH = NODE_H) {
   const byId = new Map(tasks.map((task) => [task.id, task]));
   const depth = new Map();
   const visiting = new Set();
@@ -46,14 +50,14 @@ export function layout(tasks) {
     layer.forEach((item, i) => position.set(item.task.id, i));
   }
   const tallest = Math.max(1, ...layers.map((layer) => (layer ? layer.length : 0)));
-  const height = PAD * 2 + tallest * NODE_H + (tallest - 1) * GAP_Y;
+  const height = PAD * 2 + tallest * nodeH + (tallest - 1) * GAP_Y;
   const nodes = [];
   layers.forEach((layer, d) => {
     if (!layer) return;
-    const used = layer.length * NODE_H + (layer.length - 1) * GAP_Y;
+    const used = layer.length * nodeH + (layer.length - 1) * GAP_Y;
     const top = (height - used) / 2;
     layer.forEach((item, i) => {
-      nodes.push({ task: item.task, x: PAD + d * (NODE_W + GAP_X), y: top + i * (NODE_H + GAP_Y) });
+      nodes.push({ task: item.task, x: PAD + d * (NODE_W + GAP_X), y: top + i * (nodeH + GAP_Y) });
     });
   });
   const edges = [];
@@ -66,16 +70,18 @@ export function layout(tasks) {
   return { nodes, edges, width, height };
 }
 
-function structureKey(tasks) {
-  return tasks.map((task) => `${task.id}<${(task.depends_on || []).join(",")}`).join(";");
+function structureKey(tasks, cluster) {
+  const key = tasks.map((task) => `${task.id}<${(task.depends_on || []).join(",")}`).join(";");
+  return `${cluster ? "c" : "l"}:${key}`;
 }
 
-/** Draw (or update in place) the DAG of `tasks` into `container`. */
-export function drawDag(container, tasks, { selected, onSelect, refs = new Map() }) {
-  const key = structureKey(tasks);
+/** Draw (or update in place) the DAG of `tasks` into `container`; `cluster`: name each task's
+ * executor in its box. */
+export function drawDag(container, tasks, { selected, onSelect, refs = new Map(), cluster = false }) {
+  const key = structureKey(tasks, cluster);
   let svg = container.querySelector("svg.dag");
   if (!svg || svg.dataset.key !== key) {
-    svg = buildSvg(tasks, onSelect);
+    svg = buildSvg(tasks, onSelect, cluster ? NODE_H + EXECUTOR_H : NODE_H);
     svg.dataset.key = key;
     container.replaceChildren(svg);
   }
@@ -90,8 +96,8 @@ export function drawDag(container, tasks, { selected, onSelect, refs = new Map()
   }
 }
 
-function buildSvg(tasks, onSelect) {
-  const { nodes, edges, width, height } = layout(tasks);
+function buildSvg(tasks, onSelect, nodeH) {
+  const { nodes, edges, width, height } = layout(tasks, nodeH);
   const at = new Map(nodes.map((n) => [n.task.id, n]));
   const svg = h("svg:svg", {
     class: "dag",
@@ -125,9 +131,9 @@ function buildSvg(tasks, onSelect) {
     const a = at.get(edge.from);
     const b = at.get(edge.to);
     const x1 = a.x + NODE_W;
-    const y1 = a.y + NODE_H / 2;
+    const y1 = a.y + nodeH / 2;
     const x2 = b.x - 2;
-    const y2 = b.y + NODE_H / 2;
+    const y2 = b.y + nodeH / 2;
     const mid = (x1 + x2) / 2;
     edgeGroup.append(
       h("svg:path", {
@@ -149,19 +155,20 @@ function buildSvg(tasks, onSelect) {
         role: "button",
         dataset: { taskId: node.task.id },
       },
-      h("svg:rect", { class: "dag-box", width: NODE_W, height: NODE_H, rx: 9 }),
+      h("svg:rect", { class: "dag-box", width: NODE_W, height: nodeH, rx: 9 }),
       h("svg:text", { class: "dag-title", x: 12, y: 22 }),
       h("svg:text", { class: "dag-sub", x: 12, y: 41 }),
       h("svg:text", { class: "dag-ref", x: NODE_W - 10, y: 41, "text-anchor": "end" }),
+      nodeH > NODE_H ? h("svg:text", { class: "dag-executor", x: 12, y: 58 }) : null,
       h("svg:rect", {
         class: "dag-track",
         x: 9,
-        y: NODE_H - 7,
+        y: nodeH - 7,
         width: NODE_W - 18,
         height: 3,
         rx: 1.5,
       }),
-      h("svg:rect", { class: "dag-fill", x: 9, y: NODE_H - 7, width: 0, height: 3, rx: 1.5 }),
+      h("svg:rect", { class: "dag-fill", x: 9, y: nodeH - 7, width: 0, height: 3, rx: 1.5 }),
       h("svg:title", {}),
     );
     const select = () => onSelect(node.task.id);
@@ -189,5 +196,14 @@ function updateNode(g, task, selected, ref) {
   g.querySelector(".dag-fill").setAttribute("width", String(((NODE_W - 18) * pct) / 100));
   g.querySelector(".dag-ref").textContent =
     ref && ref.length > 12 ? `${ref.slice(0, 11)}…` : ref || "";
-  g.querySelector("title").textContent = `${task.type}${ref ? ` (${ref})` : ""} · ${task.id}`;
+  const executor = g.querySelector(".dag-executor");
+  if (executor) {
+    const name = task.claimed_by ? t("dag.executor", { node: nodeName(task.claimed_by) }) : "";
+    executor.textContent = name.length > 26 ? `${name.slice(0, 25)}…` : name;
+    executor.dataset.node = task.claimed_by || "";
+  }
+  const who = [t("owner.owner_of", { node: nodeName(ownerOf(task)) })];
+  if (task.claimed_by) who.push(t("dag.executor", { node: nodeName(task.claimed_by) }));
+  g.querySelector("title").textContent =
+    `${task.type}${ref ? ` (${ref})` : ""} · ${task.id}\n${who.join(" · ")}`;
 }

@@ -132,7 +132,12 @@ export function formatDateTime(ts) {
 
 export function formatAgo(ts) {
   if (!ts) return "";
-  const s = Math.max(0, Date.now() / 1000 - ts);
+  return formatAge(Date.now() / 1000 - ts);
+}
+
+/** "3 s ago" for an age of `seconds`. */
+export function formatAge(seconds) {
+  const s = Math.max(0, seconds);
   if (s < 90) return t("time.seconds_ago", { n: Math.round(s) });
   if (s < 5400) return t("time.minutes_ago", { n: Math.round(s / 60) });
   return t("time.hours_ago", { n: Math.round(s / 3600) });

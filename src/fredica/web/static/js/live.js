@@ -1,5 +1,6 @@
 // Live updates from the node over server-sent events (GET /api/v1/events): a `snapshot` on
-// every (re)connect, then `change` events with the rows that changed, and `cluster` updates.
+// every (re)connect, then `change` events with the rows that changed (and `replicas` when this
+// node pulled other owners' rows), and `cluster` updates.
 // Pages subscribe with onLive(fn); fn receives {type, data}.
 
 import { get, onTokenChange, withToken } from "./api.js";
@@ -10,7 +11,27 @@ export const state = {
   counts: {},
   cluster: { nodes: [], online: 0 },
   seq: 0,
+  // per other owner: when this node last pulled its rows ({pulled_at, age_sec} as the node
+  // said, and `received`: performance.now() when it said so)
+  replicas: {},
 };
+
+/** Keep the newest freshness mark of each owner's replica (`{owner: {pulled_at, age_sec}}`). */
+export function noteReplicas(marks) {
+  const now = performance.now();
+  for (const [owner, mark] of Object.entries(marks || {})) {
+    if (!mark) continue;
+    const known = state.replicas[owner];
+    if (!known || mark.pulled_at >= known.pulled_at) {
+      state.replicas[owner] = { pulled_at: mark.pulled_at, age_sec: mark.age_sec, received: now };
+    }
+  }
+}
+
+export function setCluster(cluster) {
+  state.cluster = cluster;
+  noteReplicas(cluster.replicas);
+}
 
 const listeners = new Set();
 let source = null;
@@ -55,7 +76,7 @@ export function connect() {
     if (!data) return;
     state.nodeId = data.node_id;
     state.counts = data.counts;
-    state.cluster = data.cluster;
+    setCluster(data.cluster);
     state.seq = data.seq;
     setConnection("live");
     emit("snapshot", data);
@@ -65,13 +86,14 @@ export function connect() {
     if (!data) return;
     state.counts = data.counts;
     state.seq = data.seq;
-    if (data.cluster) state.cluster = data.cluster;
+    if (data.cluster) setCluster(data.cluster);
+    noteReplicas(data.replicas);
     emit("change", data);
   });
   source.addEventListener("cluster", (event) => {
     const data = parse(event);
     if (!data) return;
-    state.cluster = data;
+    setCluster(data);
     emit("cluster", data);
   });
   source.onerror = () => {

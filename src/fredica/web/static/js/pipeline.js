@@ -1,9 +1,14 @@
 // Pipeline detail /pipelines/{id}: the DAG, and for the chosen task its timeline, result,
-// error and output files. Updated live from server-sent events.
+// error and output files. Updated live from server-sent events. `?task=<id>` chooses a task.
+//
+// In a cluster: the owner and executor of each task; another owner's pipeline is shown from
+// this node's replica, read-only (its actions are taken on its owner, whose UI is linked), and
+// read again whenever this node pulled that owner's rows. Output files stay on the node that
+// ran the task: for a task run elsewhere the details link to that node instead.
 
 import { del, get, post, withToken } from "./api.js";
 import { t, typeName } from "./i18n.js";
-import { onLive } from "./live.js";
+import { onLive, state } from "./live.js";
 import { drawDag } from "./dag.js";
 import {
   PIPELINE_TERMINAL,
@@ -26,8 +31,21 @@ import {
 import { actionButtons, progressBar, updateActions, updateProgress } from "./tasks.js";
 import { findResults, renderResults } from "./results.js";
 import { logPanel } from "./tasklog.js";
+import {
+  clustered,
+  executorCell,
+  filesElsewhere,
+  isReplica,
+  lockForReplica,
+  nodeName,
+  nodeUrl,
+  ownerCell,
+  ownerOf,
+  remoteFilesNote,
+} from "./owners.js";
 
 const DETAIL_REFRESH_MS = 400; // the chosen task's timeline is re-read at most this often
+const REPLICA_REFRESH_MS = 1000; // a replica pipeline is read again at most this often
 
 export function renderPipeline(app, pipelineId) {
   const view = {
@@ -35,16 +53,18 @@ export function renderPipeline(app, pipelineId) {
     tasks: new Map(),
     order: [],
     refs: new Map(), // task id -> the ref a custom pipeline gave it
-    selected: null,
+    selected: new URLSearchParams(location.search).get("task"),
     detailSeq: -1,
     resultsKey: "", // which completed results the result view shows
   };
   let detailTimer = null;
+  let replicaTimer = null;
   let closed = false;
 
   const title = h("h1", {}, `${t("pipeline.title")} ${shortId(pipelineId)}`);
   const status = h("span", { class: "pipeline-status" });
   const meta = h("div", { class: "pipeline-meta muted" });
+  const ownerLine = h("div", { class: "pipeline-owner", hidden: true });
   const cancelButton = h(
     "button",
     { type: "button", class: "btn btn-danger", id: "cancel-pipeline", hidden: true },
@@ -123,6 +143,7 @@ export function renderPipeline(app, pipelineId) {
         h("div", { class: "pipeline-actions" }, retryButton, cancelButton, deleteButton),
       ),
       meta,
+      ownerLine,
       resultsBox,
       h(
         "section",
@@ -156,6 +177,27 @@ export function renderPipeline(app, pipelineId) {
     cancelButton.hidden = PIPELINE_TERMINAL.has(p.status) || p.status === "cancelling";
     retryButton.hidden = !(p.failed_tasks + p.cancelled_tasks > 0);
     deleteButton.hidden = !PIPELINE_TERMINAL.has(p.status);
+    for (const button of [cancelButton, retryButton, deleteButton]) lockForReplica(button, p);
+    renderOwner(p);
+  }
+
+  /** Who owns the pipeline; for a replica, how fresh it is and a link to the owner's page. */
+  function renderOwner(p) {
+    ownerLine.hidden = !clustered() && !isReplica(p);
+    if (ownerLine.hidden) return;
+    const there = isReplica(p) ? nodeUrl(ownerOf(p), `/pipelines/${pipelineId}`) : null;
+    clear(ownerLine).append(
+      h("span", { class: "muted" }, `${t("owner.owner")}: `),
+      ownerCell(p),
+      isReplica(p) ? h("span", { class: "muted replica-note" }, t("replica.read_only_note")) : null,
+      there
+        ? h(
+            "a",
+            { href: there, target: "_blank", rel: "noopener", class: "owner-link" },
+            t("replica.open_on_owner", { node: nodeName(ownerOf(p)) }),
+          )
+        : null,
+    );
   }
 
   /** A task as people know it: its ref in the pipeline, else its type and short id. */
@@ -168,6 +210,7 @@ export function renderPipeline(app, pipelineId) {
   async function showResults(tasks) {
     const { transcript, analysis } = findResults(tasks);
     const key = [transcript, analysis].map((task) => task && `${task.id}:${task.change_seq}`);
+    key.push(state.nodeId); // which files are here is known once the node said who it is
     if (key.join() === view.resultsKey) return;
     view.resultsKey = key.join();
     const name = sourceLabel(view.pipeline?.params?.source) || shortId(pipelineId);
@@ -192,7 +235,12 @@ export function renderPipeline(app, pipelineId) {
   function renderDag() {
     const tasks = view.order.map((id) => view.tasks.get(id)).filter(Boolean);
     if (!tasks.length) return;
-    drawDag(dagBox, tasks, { selected: view.selected, onSelect: select, refs: view.refs });
+    drawDag(dagBox, tasks, {
+      selected: view.selected,
+      onSelect: select,
+      refs: view.refs,
+      cluster: clustered() || isReplica(view.pipeline),
+    });
   }
 
   function select(taskId) {
@@ -213,17 +261,64 @@ export function renderPipeline(app, pipelineId) {
   async function loadDetail() {
     const id = view.selected;
     if (!id) return;
+    const known = view.tasks.get(id);
     try {
-      const [task, files] = await Promise.all([
-        get(`/api/v1/tasks/${id}`),
-        get(`/api/v1/tasks/${id}/files`),
-      ]);
+      // Another owner's task is known here only from the replica (no events); its files are
+      // listed by the node that ran it.
+      const task = isReplica(known) ? known : await get(`/api/v1/tasks/${id}`);
+      const files = filesElsewhere(task) ? null : await get(`/api/v1/tasks/${id}/files`);
       if (closed || id !== view.selected) return;
       view.detailSeq = task.change_seq;
-      renderDetail(task, files.files);
+      renderDetail(task, files && files.files);
     } catch (err) {
       toast(err.message, "error");
     }
+  }
+
+  /** The task's log, where this node can read it: a task of this node's that ran here (a
+   * task run elsewhere logged on that node; another owner's task shows no log here). */
+  function showLog(task) {
+    const slot = detail.querySelector(".log-slot");
+    const here = !isReplica(task) && !filesElsewhere(task);
+    if (here) {
+      if (!detail._log) {
+        detail._log = logPanel(task.id);
+        slot.replaceChildren(detail._log.element);
+      }
+      detail._log.update(task);
+      return;
+    }
+    detail._log?.stop();
+    detail._log = null;
+    const executor = filesElsewhere(task);
+    slot.replaceChildren(
+      h(
+        "section",
+        { class: "task-log task-log-elsewhere" },
+        h("h3", {}, t("task.log")),
+        executor
+          ? h("p", { class: "muted" }, t("task.log_on_node", { node: nodeName(executor) }))
+          : h("p", { class: "muted" }, t("task.log_replica", { node: nodeName(ownerOf(task)) })),
+      ),
+    );
+  }
+
+  /** `key`'s text naming the owner of `task`, with a link to the owner's page of it. */
+  function ownerNote(task, key) {
+    const owner = ownerOf(task);
+    const url = nodeUrl(owner, `/pipelines/${pipelineId}?task=${encodeURIComponent(task.id)}`);
+    return h(
+      "span",
+      {},
+      t(key, { node: nodeName(owner) }),
+      url
+        ? h(
+            "a",
+            { href: url, target: "_blank", rel: "noopener", class: "owner-link" },
+            t("replica.open_on_owner", { node: nodeName(owner) }),
+          )
+        : null,
+    );
   }
 
   function renderDetail(task, files) {
@@ -245,13 +340,13 @@ export function renderPipeline(app, pipelineId) {
         head._actions,
       );
       detail._log?.stop();
-      detail._log = logPanel(task.id);
-      detail.append(head, h("div", { class: "detail-body" }), detail._log.element);
+      detail._log = null;
+      detail.append(head, h("div", { class: "detail-body" }), h("div", { class: "log-slot" }));
     }
     clear(head.querySelector(".detail-status")).append(statusBadge(displayStatus(task)));
     updateProgress(head._progress, task);
     updateActions(head._actions, task);
-    detail._log.update(task);
+    showLog(task);
 
     const body = clear(detail.querySelector(".detail-body"));
     const field = (label, value) => [h("dt", {}, label), h("dd", {}, value ?? "—")];
@@ -260,7 +355,8 @@ export function renderPipeline(app, pipelineId) {
         "dl",
         { class: "fields" },
         ...field(t("task.id"), h("code", {}, task.id)),
-        ...field(t("col.node"), task.claimed_by),
+        ...field(t("owner.owner"), ownerCell(task)),
+        ...field(t("owner.executor"), executorCell(task)),
         ...field(t("task.attempt"), String(task.attempt)),
         ...field(t("task.retries"), `${task.retry_count}/${task.max_retries}`),
         ...field(t("task.backend"), task.backend),
@@ -280,13 +376,21 @@ export function renderPipeline(app, pipelineId) {
             { class: `event event-${event.event_type}`, title: event.event_type },
             t(`event.${event.event_type}`, {}, event.event_type),
           ),
-          h("span", { class: "muted" }, event.node_id === task.claimed_by ? "" : event.node_id),
+          h(
+            "span",
+            { class: "muted", title: event.node_id || "" },
+            event.node_id === task.claimed_by ? "" : nodeName(event.node_id),
+          ),
           h("span", { class: "event-msg" }, nameIds(event.message || "", taskName)),
         ),
       );
     }
-    if (!timeline.children.length)
+    if (isReplica(task)) {
+      // events are not replicated: the owner keeps the timeline
+      timeline.append(h("li", { class: "muted timeline-owner" }, ownerNote(task, "task.timeline_on_owner")));
+    } else if (!timeline.children.length) {
       timeline.append(h("li", { class: "muted" }, t("task.no_events")));
+    }
     body.append(h("h3", {}, t("task.timeline")), timeline);
 
     if (task.error) {
@@ -306,23 +410,8 @@ export function renderPipeline(app, pipelineId) {
         h("pre", { class: "json result-view" }, prettyJson(task.result)),
       );
     }
-    const fileList = h("ul", { class: "files" });
-    for (const file of files) {
-      fileList.append(
-        h(
-          "li",
-          {},
-          h(
-            "a",
-            { href: withToken(file.url), download: file.name.split("/").pop() },
-            `⬇ ${file.name}`,
-          ),
-          h("span", { class: "muted" }, ` ${formatBytes(file.size)}`),
-        ),
-      );
-    }
-    if (!files.length) fileList.append(h("li", { class: "muted" }, t("task.no_files")));
-    body.append(h("h3", {}, t("task.files")), fileList);
+    // `files` is null when they are on the node that ran the task, not here
+    body.append(h("h3", {}, t("task.files")), files ? fileList(files) : remoteFilesNote(task));
     body.append(
       h(
         "details",
@@ -373,6 +462,10 @@ export function renderPipeline(app, pipelineId) {
       return;
     }
     if (type !== "change") return;
+    if (data.replicas && isReplica(view.pipeline)) {
+      const mark = data.replicas[ownerOf(view.pipeline)];
+      if (mark && mark.pulled_at > view.pipeline.replica.pulled_at) scheduleReplicaLoad();
+    }
     let dagChanged = false;
     for (const task of data.tasks) {
       if (task.pipeline_id !== pipelineId) continue;
@@ -393,14 +486,41 @@ export function renderPipeline(app, pipelineId) {
     if (dagChanged) renderDag();
   });
 
+  /** This node pulled new rows of the owner: read the replica pipeline again. */
+  function scheduleReplicaLoad() {
+    if (replicaTimer) return;
+    replicaTimer = setTimeout(() => {
+      replicaTimer = null;
+      load();
+    }, REPLICA_REFRESH_MS);
+  }
+
   load();
   return () => {
     closed = true;
     off();
+    clearTimeout(replicaTimer);
     detail._log?.stop();
     clearTimeout(detailTimer);
     clearTimeout(resultsTimer);
   };
+}
+
+/** The output files this node holds, as download links. */
+function fileList(files) {
+  const list = h("ul", { class: "files" });
+  for (const file of files) {
+    list.append(
+      h(
+        "li",
+        {},
+        h("a", { href: withToken(file.url), download: file.name.split("/").pop() }, `⬇ ${file.name}`),
+        h("span", { class: "muted" }, ` ${formatBytes(file.size)}`),
+      ),
+    );
+  }
+  if (!files.length) list.append(h("li", { class: "muted" }, t("task.no_files")));
+  return list;
 }
 
 function legend() {

@@ -1,10 +1,15 @@
 // 处理中心 /processing (seed 001 §9.1): counters, task queue with filters and actions, cluster
 // nodes, recent pipelines. Rows are updated in place from server-sent events. Both lists load
 // one page and follow the API's `next_cursor` on "load more".
+//
+// In a cluster (this node knows other nodes) both lists show the whole cluster
+// (`scope=cluster`: this node's rows and its replicas of every other owner's, paged by offset),
+// with each row's owner, the freshness of a replica, and the executor. Replica rows are
+// read-only here; they are read again whenever this node pulled new rows of their owner.
 
 import { get, post } from "./api.js";
 import { t, typeName } from "./i18n.js";
-import { onLive, state } from "./live.js";
+import { onLive, setCluster, state } from "./live.js";
 import { loadWebConfig, openNewPipeline } from "./dialogs.js";
 import {
   PIPELINE_TERMINAL,
@@ -23,11 +28,32 @@ import {
   typeIcon,
 } from "./dom.js";
 import { actionButtons, progressBar, updateActions, updateProgress } from "./tasks.js";
+import { clustered, executorCell, lockForReplica, ownerCell } from "./owners.js";
 
 const TASK_LIMIT = 200;
-const TASK_COLUMNS = ["type", "material", "status", "progress", "node", "pipeline", "actions"];
-const PIPELINE_COLUMNS = ["pipeline", "template", "material", "status", "tasks", "created", "actions"];
+const TASK_COLUMNS = [
+  "type",
+  "material",
+  "status",
+  "progress",
+  "owner",
+  "node",
+  "pipeline",
+  "actions",
+];
+const PIPELINE_COLUMNS = [
+  "pipeline",
+  "template",
+  "material",
+  "owner",
+  "status",
+  "tasks",
+  "created",
+  "actions",
+];
 const PIPELINE_LIMIT = 20;
+const CLUSTER_DEPTH = 1000; // scope=cluster lists at most this deep (limit + offset)
+const CLUSTER_REFRESH_MS = 1000; // replica rows are read again at most this often
 const FILTER_STATUSES = { all: null, running: ["running", "stale"], failed: ["failed"] };
 const RANK = { running: 0, stale: 0, claimed: 1, pending: 2, reclaimed: 2 };
 
@@ -68,12 +94,16 @@ export function renderProcessing(app) {
     pipelineRows: new Map(),
     names: new Map(), // pipeline id -> the source it processes (file path or URL)
     loadToken: 0,
-    taskCursor: null, // next_cursor of the last task page (null: nothing more)
+    // where the next task page starts: next_cursor of the last page (scope=local), or true
+    // while an offset page may follow (scope=cluster); null: nothing more
+    taskCursor: null,
     taskCap: TASK_LIMIT, // rows kept: one page per load
     pipelineCursor: null,
     pipelineCap: PIPELINE_LIMIT,
     pipelineToken: 0,
+    cluster: false, // whether the lists show the whole cluster (scope=cluster)
   };
+  let refreshTimer = null;
 
   function taskSource(task) {
     const payload = task.payload || {};
@@ -150,7 +180,7 @@ export function renderProcessing(app) {
   const emptyRow = h(
     "tr",
     { class: "empty" },
-    h("td", { colspan: 7, class: "muted" }, t("queue.empty")),
+    h("td", { colspan: TASK_COLUMNS.length, class: "muted" }, t("queue.empty")),
   );
   const moreTasks = loadMoreFooter("tasks", () => loadMoreTasks());
   const table = h(
@@ -206,7 +236,7 @@ export function renderProcessing(app) {
           h(
             "tr",
             {},
-            ...PIPELINE_COLUMNS.map((c) => h("th", {}, t(`col.${c}`))),
+            ...PIPELINE_COLUMNS.map((c) => h("th", { class: `col-${c}` }, t(`col.${c}`))),
           ),
         ),
         pipelineBody,
@@ -215,23 +245,22 @@ export function renderProcessing(app) {
     morePipelines.el,
   );
 
-  app.append(
+  const pageEl = h(
+    "section",
+    { class: "page page-processing" },
     h(
-      "section",
-      { class: "page page-processing" },
-      h(
-        "div",
-        { class: "page-head" },
-        h("h1", {}, t("processing.title")),
-        clusterSummary,
-        h("div", { class: "spacer" }),
-        newButton,
-      ),
-      counters,
-      h("div", { class: "layout-main" }, queueCard, clusterCard),
-      pipelinesCard,
+      "div",
+      { class: "page-head" },
+      h("h1", {}, t("processing.title")),
+      clusterSummary,
+      h("div", { class: "spacer" }),
+      newButton,
     ),
+    counters,
+    h("div", { class: "layout-main" }, queueCard, clusterCard),
+    pipelinesCard,
   );
+  app.append(pageEl);
 
   // --- rendering ---------------------------------------------------------------------------
   function renderCounters() {
@@ -253,6 +282,7 @@ export function renderProcessing(app) {
       material: h("td", { class: "col-material" }),
       status: h("td", { class: "col-status" }),
       progress: progressBar(task),
+      owner: h("td", { class: "col-owner" }),
       node: h("td", { class: "col-node" }),
       pipeline: h("td", { class: "col-pipeline" }),
       actions: actionButtons(task),
@@ -264,6 +294,7 @@ export function renderProcessing(app) {
       cells.material,
       cells.status,
       h("td", { class: "col-progress" }, cells.progress),
+      cells.owner,
       cells.node,
       cells.pipeline,
       h("td", { class: "col-actions" }, cells.actions),
@@ -290,16 +321,9 @@ export function renderProcessing(app) {
     clear(c.status).append(statusBadge(displayStatus(task)));
     if (task.error && task.status === "failed") c.status.title = task.error;
     updateProgress(c.progress, task);
-    const node = task.claimed_by;
-    clear(c.node).append(
-      node
-        ? h(
-            "span",
-            { title: node },
-            node === state.nodeId ? t("common.this_node") : middleEllipsis(node, 14),
-          )
-        : h("span", { class: "muted" }, "—"),
-    );
+    clear(c.owner).append(ownerCell(task));
+    clear(c.node).append(executorCell(task));
+    tr.classList.toggle("replica", Boolean(task.replica));
     clear(c.pipeline).append(
       task.pipeline_id
         ? h(
@@ -313,6 +337,7 @@ export function renderProcessing(app) {
   }
 
   const renderTasks = frameThrottle(() => {
+    pageEl.classList.toggle("is-cluster", view.cluster); // shows the owner columns
     const sorted = [...view.tasks.values()].sort(compareTasks);
     for (const dropped of sorted.splice(view.taskCap)) view.tasks.delete(dropped.id);
     moreTasks.update(view.tasks.size, view.taskCursor);
@@ -352,25 +377,24 @@ export function renderProcessing(app) {
     else view.tasks.delete(task.id);
   }
 
-  /** The first page of the chosen filters, or (`more`) the page after the last one. */
-  async function loadTasks(more = false) {
+  /** The first page of the chosen filters (`first`), the page after the last one (`more`),
+   * or every row shown read again (`refresh`: replica rows changed; scope=cluster only). */
+  async function loadTasks(mode = "first") {
+    const more = mode === "more";
     const token = more ? view.loadToken : ++view.loadToken;
-    const params = new URLSearchParams({ limit: String(TASK_LIMIT) });
+    const cap = mode === "first" ? TASK_LIMIT : view.taskCap + (more ? TASK_LIMIT : 0);
+    const params = new URLSearchParams();
     const statuses = FILTER_STATUSES[view.filter];
     if (statuses) params.set("status", statuses.join(","));
     if (view.type) params.set("type", view.type);
     if (view.pipeline) params.set("pipeline_id", view.pipeline);
-    if (more) params.set("cursor", view.taskCursor);
+    const page = listPage(params, mode, view.taskCap, TASK_LIMIT, view.taskCursor);
     try {
       const data = await get(`/api/v1/tasks?${params}`);
       if (token !== view.loadToken) return; // a newer filter was chosen meanwhile
-      if (more) {
-        view.taskCap += TASK_LIMIT;
-      } else {
-        view.tasks.clear();
-        view.taskCap = TASK_LIMIT;
-      }
-      view.taskCursor = data.next_cursor ?? null;
+      if (!more) view.tasks.clear();
+      view.taskCap = Math.min(cap, page.cluster ? CLUSTER_DEPTH : Infinity);
+      view.taskCursor = page.next(data.tasks, data.next_cursor);
       for (const task of data.tasks) upsertTask(task);
       renderTasks();
     } catch (err) {
@@ -378,8 +402,39 @@ export function renderProcessing(app) {
     }
   }
 
+  /** Set the paging parameters of one request; `next(rows, next_cursor)` says where the page
+   * after it starts (null: nothing more). */
+  function listPage(params, mode, shown, pageSize, cursor) {
+    const cluster = mode === "more" ? view.cluster : (view.cluster = clustered());
+    if (!cluster) {
+      params.set("limit", String(pageSize));
+      if (mode === "more") params.set("cursor", cursor);
+      return { cluster, next: (rows, nextCursor) => nextCursor ?? null };
+    }
+    // scope=cluster: offset paging, at most CLUSTER_DEPTH deep
+    const offset = mode === "more" ? shown : 0;
+    const limit = Math.min(mode === "refresh" ? shown : pageSize, CLUSTER_DEPTH - offset);
+    params.set("scope", "cluster");
+    params.set("limit", String(Math.max(1, limit)));
+    if (offset) params.set("offset", String(offset));
+    return {
+      cluster,
+      next: (rows) => (rows.length >= limit && offset + limit < CLUSTER_DEPTH ? true : null),
+    };
+  }
+
+  /** Other owners' rows changed here: read the lists again (at most once a second). */
+  function scheduleClusterRefresh() {
+    if (refreshTimer || !view.cluster) return;
+    refreshTimer = setTimeout(() => {
+      refreshTimer = null;
+      loadTasks("refresh");
+      loadPipelines("refresh");
+    }, CLUSTER_REFRESH_MS);
+  }
+
   function loadMoreTasks() {
-    return view.taskCursor ? loadTasks(true) : Promise.resolve();
+    return view.taskCursor ? loadTasks("more") : Promise.resolve();
   }
 
   function renderCluster() {
@@ -387,11 +442,13 @@ export function renderProcessing(app) {
     clusterSummary.textContent = t("processing.cluster_online", { n: cluster.online || 0 });
     clear(clusterList);
     if (!cluster.nodes.length) clusterList.append(h("p", { class: "muted" }, t("cluster.empty")));
-    for (const node of cluster.nodes) clusterList.append(nodeCard(node, refreshCluster));
+    for (const node of cluster.nodes) {
+      clusterList.append(nodeCard(node, refreshCluster, node.is_self ? cluster.outbox : null));
+    }
   }
 
   async function refreshCluster() {
-    state.cluster = await get("/api/v1/web/cluster");
+    setCluster(await get("/api/v1/web/cluster"));
     renderCluster();
   }
 
@@ -401,6 +458,7 @@ export function renderProcessing(app) {
   }
 
   const renderPipelines = frameThrottle(() => {
+    pageEl.classList.toggle("is-cluster", view.cluster);
     const sorted = [...view.pipelines.values()].sort(
       (a, b) => b.created_at - a.created_at || (a.id < b.id ? 1 : -1),
     );
@@ -411,7 +469,11 @@ export function renderProcessing(app) {
     clear(pipelineBody);
     if (!sorted.length) {
       pipelineBody.append(
-        h("tr", { class: "empty" }, h("td", { colspan: 7, class: "muted" }, t("pipelines.empty"))),
+        h(
+          "tr",
+          { class: "empty" },
+          h("td", { colspan: PIPELINE_COLUMNS.length, class: "muted" }, t("pipelines.empty")),
+        ),
       );
     }
     for (const p of sorted) pipelineBody.append(pipelineRow(p));
@@ -433,6 +495,7 @@ export function renderProcessing(app) {
       },
       t("action.cancel"),
     );
+    lockForReplica(cancel, p);
     cancel.addEventListener("click", async () => {
       if (!confirm(t("pipeline.cancel_confirm"))) return;
       try {
@@ -444,7 +507,7 @@ export function renderProcessing(app) {
     });
     const row = h(
       "tr",
-      { dataset: { pipelineId: p.id, status: p.status } },
+      { dataset: { pipelineId: p.id, status: p.status }, class: p.replica ? "replica" : null },
       h(
         "td",
         {},
@@ -456,6 +519,7 @@ export function renderProcessing(app) {
         { class: "col-material", title: pipelineSource(p) || p.material_id },
         middleEllipsis(sourceLabel(pipelineSource(p)) || p.material_id, 32),
       ),
+      h("td", { class: "col-owner" }, ownerCell(p)),
       h("td", {}, statusBadge(p.status)),
       h(
         "td",
@@ -477,20 +541,18 @@ export function renderProcessing(app) {
     return labelCells(row, PIPELINE_COLUMNS);
   }
 
-  async function loadPipelines(more = false) {
+  async function loadPipelines(mode = "first") {
+    const more = mode === "more";
     const token = more ? view.pipelineToken : ++view.pipelineToken;
-    const params = new URLSearchParams({ limit: String(PIPELINE_LIMIT) });
-    if (more) params.set("cursor", view.pipelineCursor);
+    const cap = mode === "first" ? PIPELINE_LIMIT : view.pipelineCap + (more ? PIPELINE_LIMIT : 0);
+    const params = new URLSearchParams();
+    const page = listPage(params, mode, view.pipelineCap, PIPELINE_LIMIT, view.pipelineCursor);
     try {
       const data = await get(`/api/v1/pipelines?${params}`);
       if (token !== view.pipelineToken) return; // reloaded meanwhile
-      if (more) {
-        view.pipelineCap += PIPELINE_LIMIT;
-      } else {
-        view.pipelines.clear();
-        view.pipelineCap = PIPELINE_LIMIT;
-      }
-      view.pipelineCursor = data.next_cursor ?? null;
+      if (!more) view.pipelines.clear();
+      view.pipelineCap = Math.min(cap, page.cluster ? CLUSTER_DEPTH : Infinity);
+      view.pipelineCursor = page.next(data.pipelines, data.next_cursor);
       for (const p of data.pipelines) {
         view.pipelines.set(p.id, p);
         pipelineSource(p);
@@ -504,7 +566,7 @@ export function renderProcessing(app) {
   }
 
   function loadMorePipelines() {
-    return view.pipelineCursor ? loadPipelines(true) : Promise.resolve();
+    return view.pipelineCursor ? loadPipelines("more") : Promise.resolve();
   }
 
   async function loadTypes() {
@@ -535,18 +597,30 @@ export function renderProcessing(app) {
       }
       if (data.tasks.length) renderTasks();
       if (data.pipelines.length) renderPipelines();
-      if (data.cluster) renderCluster();
+      if (data.cluster) clusterChanged();
+      if (data.replicas) scheduleClusterRefresh();
     } else if (type === "cluster") {
-      renderCluster();
+      clusterChanged();
     }
   });
+
+  function clusterChanged() {
+    renderCluster();
+    if (clustered() === view.cluster) return;
+    // a first peer appeared (or the last one was forgotten): list the rows in the other scope
+    loadTasks();
+    loadPipelines();
+  }
 
   renderCounters();
   renderCluster();
   loadTypes();
   loadTasks();
   loadPipelines();
-  return off;
+  return () => {
+    off();
+    clearTimeout(refreshTimer);
+  };
 }
 
 /** "Showing n … [load more]" under a list; the button shows while the API has a next page. */
@@ -601,7 +675,26 @@ function drainButton(node, onChanged) {
   return button;
 }
 
-function nodeCard(node, onChanged) {
+/** A capability chip: the function, its best base score, each backend's score on hover. */
+function capabilityChip(f) {
+  const options = (f.options || []).map(
+    (o) => `${o.backend}${o.accelerator ? ` (${o.accelerator})` : ""}: ${o.score}`,
+  );
+  const title = options.length
+    ? t("cluster.scores", { list: options.join(", ") })
+    : `${f.backends.join(", ")} (${f.accelerators.join(", ")})`;
+  return h(
+    "span",
+    { class: "chip", title, dataset: { function: f.function } },
+    `${typeIcon(f.function)} ${f.function}`,
+    f.score !== null && f.score !== undefined
+      ? h("span", { class: "chip-score" }, String(f.score))
+      : null,
+  );
+}
+
+/** One node of the cluster panel; `outbox` (this node only): results waiting for their owner. */
+function nodeCard(node, onChanged, outbox) {
   const info = node.info || {};
   const used = Math.min(node.running || 0, node.max_workers || 0);
   const slots = h("span", {
@@ -633,6 +726,7 @@ function nodeCard(node, onChanged) {
   }
   if (!node.is_self && node.last_seen_at)
     stats.push(t("cluster.last_seen", { ago: formatAgo(node.last_seen_at) }));
+  if (outbox !== null && outbox !== undefined) stats.push(t("cluster.outbox", { n: outbox }));
   const functions = node.functions || [];
   const types = node.task_types || [];
   return h(
@@ -653,13 +747,7 @@ function nodeCard(node, onChanged) {
     h(
       "div",
       { class: "chips", title: t("cluster.capabilities") },
-      ...functions.map((f) =>
-        h(
-          "span",
-          { class: "chip", title: `${f.backends.join(", ")} (${f.accelerators.join(", ")})` },
-          `${typeIcon(f.function)} ${f.function}`,
-        ),
-      ),
+      ...functions.map(capabilityChip),
     ),
     types.length
       ? h(

@@ -1,10 +1,12 @@
 // The result view of a pipeline, shown above its task graph: the transcript with timestamps,
 // the summary, tags and chapters, a download button for every output and a copy button.
-// Everything comes from the completed tasks' results and their files on the node.
+// Everything comes from the completed tasks' results and their files on the node (files of a
+// task that ran on another node are linked there).
 
 import { get, withToken } from "./api.js";
 import { t } from "./i18n.js";
 import { clear, formatBytes, h, put, toast } from "./dom.js";
+import { filesElsewhere, remoteFilesNote } from "./owners.js";
 
 const TRANSCRIPT_TYPES = ["MERGE_TRANSCRIPTION", "TRANSCRIBE", "TRANSCRIBE_CHUNK"];
 const HIDDEN_FILE = /\.meta\.json$/; // bookkeeping next to each output, not an output itself
@@ -178,13 +180,20 @@ export async function renderResults(box, title, tasks) {
   const withFiles = tasks.filter(
     (task) => task.status === "completed" && task.result && task.result.files,
   );
-  const files = await outputFiles(withFiles);
+  // Files stay on the node that ran their task: those of another node are linked there.
+  const files = await outputFiles(withFiles.filter((task) => !filesElsewhere(task)));
   const downloads = h("div", { class: "downloads", id: "downloads" });
   for (const file of files) {
     downloads.append(
       downloadButton(withToken(file.url), file.name.split("/").pop(), fileLabel(file.name), file.size),
     );
   }
+  const elsewhere = new Map();
+  for (const task of withFiles) {
+    const node = filesElsewhere(task);
+    if (node && !elsewhere.has(node)) elsewhere.set(node, task);
+  }
+  for (const task of elsewhere.values()) downloads.append(remoteFilesNote(task));
   if (analysis) {
     downloads.append(
       blobDownload("summary.md", t("results.file.summary"), summaryMarkdown(title, analysis.result), "text/markdown"),

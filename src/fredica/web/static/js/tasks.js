@@ -1,8 +1,10 @@
-// Task widgets shared by the queue and the pipeline page: progress bar and action buttons.
+// Task widgets shared by the queue and the pipeline page: progress bar and action buttons
+// (disabled, with the reason, on a replica of another owner's task).
 
 import { post } from "./api.js";
 import { t, typeName } from "./i18n.js";
 import { TERMINAL, h, toast } from "./dom.js";
+import { lockForReplica } from "./owners.js";
 
 const ACTIONS = ["pause", "resume", "retry", "skip", "cancel"];
 
@@ -63,7 +65,11 @@ export function updateActions(box, task) {
       // Not every executor can stop between steps; the button stays visible but disabled.
       button.disabled = !task.is_pausable;
       button.title = task.is_pausable ? "" : t("action.not_pausable");
+    } else {
+      button.title = "";
     }
+    // Another owner's task: only its owner acts on it.
+    lockForReplica(button, task);
   }
 }
 
