@@ -62,7 +62,10 @@ async def claim(body: JsonBody, node: deps.NodeDep) -> JSON:
     flt = body.get("filter")
     if not isinstance(flt, dict):
         raise errors.InvalidRequest("filter must be an object")
-    return await node.peers.claim(node_id, flt)
+    request_id = body.get("request_id")
+    return await node.peers.claim(
+        node_id, flt, request_id if isinstance(request_id, str) and request_id else None
+    )
 
 
 @router.post("/tasks/report")

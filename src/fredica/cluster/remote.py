@@ -8,6 +8,7 @@ local database that is down, so the engine's handling (keep the batch, try again
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -72,8 +73,18 @@ class RemoteOwner:
 
     # --- claims ---------------------------------------------------------------------------
     async def claim(self, flt: ClaimFilter, node_id: str) -> list[Task]:
-        body = {"node_id": node_id, "filter": protocol.filter_to_json(flt)}
-        answer = await self.call("POST", "/cluster/tasks/claim", body)
+        """Claim at the owner. A claim whose answer was lost in transport is sent once more
+        with the same request id, and the owner answers it with the same tasks (else they
+        would stay claimed in this node's name until the owner reclaims them)."""
+        body = {
+            "node_id": node_id,
+            "filter": protocol.filter_to_json(flt),
+            "request_id": uuid.uuid4().hex,
+        }
+        try:
+            answer = await self.call("POST", "/cluster/tasks/claim", body)
+        except errors.StoreError:
+            answer = await self.call("POST", "/cluster/tasks/claim", body)
         return protocol.tasks_from_json(answer["tasks"])
 
     # --- reports --------------------------------------------------------------------------
@@ -125,14 +136,18 @@ class RemoteOwner:
         claim: ClaimFilter | None,
     ) -> tuple[list[Completed | errors.FredicaError], list[Task]]:
         """The owner's group commit in one round trip: record the starts, accept the
-        completions, then claim for `claim` (None: claim nothing)."""
-        answer = await self._report(
-            "complete",
-            node_id,
-            items=[protocol.completion_to_json(i) for i in items],
-            starts=[protocol.start_to_json(s) for s in starts],
-            claim=None if claim is None else protocol.filter_to_json(claim),
-        )
+        completions, then claim for `claim` (None: claim nothing). Sent once more with the same
+        request id if the answer is lost (see `claim`)."""
+        fields = {
+            "items": [protocol.completion_to_json(i) for i in items],
+            "starts": [protocol.start_to_json(s) for s in starts],
+            "claim": None if claim is None else protocol.filter_to_json(claim),
+            "request_id": uuid.uuid4().hex,
+        }
+        try:
+            answer = await self._report("complete", node_id, **fields)
+        except errors.StoreError:
+            answer = await self._report("complete", node_id, **fields)
         outcomes = [protocol.outcome_from_json(d) for d in answer["outcomes"]]
         return outcomes, protocol.tasks_from_json(answer.get("tasks", []))
 

@@ -9,7 +9,9 @@ it takes the signals an owner forwards (cancel, pause, resume of a task running 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fredica import __version__
@@ -21,6 +23,9 @@ from fredica.engine.worker import WorkerEngine
 from fredica.store.base import Completed, NodeRecord, TaskStore
 
 logger = logging.getLogger(__name__)
+
+ANSWER_TTL = 120.0  # seconds a claim's answer is kept for a repeat of its request
+MAX_ANSWERS = 1000
 
 
 class PeerDesk:
@@ -36,6 +41,8 @@ class PeerDesk:
         owner_changed: Callable[[str], None] | None = None,
     ) -> None:
         self._introduce = introduce
+        #: answers to claims by (claimer, request id): a repeated request gets the same answer
+        self._answers: OrderedDict[tuple[str, str], tuple[float, JSON]] = OrderedDict()
         self._owner_changed = owner_changed
         self._store = store
         self._engine = engine
@@ -60,7 +67,11 @@ class PeerDesk:
         if self._introduce is not None:
             self._introduce(address)
 
-    async def claim(self, node_id: str, body: JSON) -> JSON:
+    async def claim(self, node_id: str, body: JSON, request_id: str | None = None) -> JSON:
+        """Claim for `node_id` (once per `request_id`, see `_once`)."""
+        return await self._once(node_id, request_id, lambda: self._claim(node_id, body))
+
+    async def _claim(self, node_id: str, body: JSON) -> JSON:
         flt = protocol.decode("claim filter", protocol.filter_from_json, body)
         if flt.limit < 1 or flt.limit > 1000:
             raise errors.InvalidRequest(f"filter.limit must be 1-1000, got {flt.limit}")
@@ -74,6 +85,23 @@ class PeerDesk:
             )
             self._changed(tasks[0].pipeline_id or "")
         return {"tasks": [t.to_json() for t in tasks]}
+
+    async def _once(
+        self, node_id: str, request_id: Any, run: Callable[[], Awaitable[JSON]]
+    ) -> JSON:
+        """`run()`, unless the same request (`request_id` of `node_id`) was answered in the last
+        `ANSWER_TTL` seconds: a request repeated because its answer was lost gets the same
+        answer instead of a second claim."""
+        key = (node_id, request_id) if isinstance(request_id, str) and request_id else None
+        kept = self._answers.get(key) if key is not None else None
+        if kept is not None and time.monotonic() - kept[0] < ANSWER_TTL:
+            return kept[1]
+        answer = await run()
+        if key is not None:
+            self._answers[key] = (time.monotonic(), answer)
+            while len(self._answers) > MAX_ANSWERS:
+                self._answers.popitem(last=False)
+        return answer
 
     async def heartbeat(self, node_id: str, tasks: Any, node: Any) -> JSON:
         pairs = protocol.decode("tasks", protocol.pairs_from_json, tasks)
@@ -143,6 +171,11 @@ class PeerDesk:
         return {"task": task.to_json()}
 
     async def _complete(self, node_id: str, body: JSON) -> JSON:
+        return await self._once(
+            node_id, body.get("request_id"), lambda: self._complete_now(node_id, body)
+        )
+
+    async def _complete_now(self, node_id: str, body: JSON) -> JSON:
         items = protocol.decode(
             "items", lambda v: [protocol.completion_from_json(d) for d in v], body.get("items")
         )
