@@ -338,11 +338,12 @@ def transcribe_language_modifier(backend: str, model: str, language: object) -> 
     if row is None:
         return 0.0
     if klass is LC.WHISPER:
-        # Cloud Whisper APIs run large models; local ones by the declared model.
-        large = catalog.rows(F.TRANSCRIBE, backend)[0].cloud or catalog.whisper_size(model) == (
-            "large"
-        )
-        return float(row[0] if large else row[1])
+        # By the size the model's name states; a cloud API's own names (whisper-1) run large
+        # models, an unknown local name counts as small.
+        size = catalog.named_whisper_size(model)
+        if size is None and catalog.rows(F.TRANSCRIBE, backend)[0].cloud:
+            size = "large"
+        return float(row[0] if size == "large" else row[1])
     if klass is LC.ENGLISH_FIRST_CLOUD:
         return float(row[2])
     return float(row[3])
