@@ -141,7 +141,11 @@ def test_a_node_without_the_key_does_not_declare_the_backend() -> None:
     cfg = _config({"backend": "openai-whisper-api", "api_key": "sk", "max_concurrent": 4},
                   {"backend": "openai-compatible-asr", "endpoint": "http://gpu:8000/v1",
                    "model": "Systran/faster-whisper-small"})  # fmt: skip
-    caps = declared(declare.declare(cfg, machine.report(), declare.RUNNABLE))
+    decls = declare.declare(cfg, machine.report(), declare.RUNNABLE)
+    caps = declared(decls)
+    assert reason(decls, F.TRANSCRIBE, "openai-compatible-asr") == (
+        "configured: endpoint http://gpu:8000/v1"
+    )
     (openai,) = caps[(F.TRANSCRIBE, "openai-whisper-api")]
     assert (openai.models, openai.score, openai.metadata["max_concurrent"]) == (
         ("whisper-1",), 62, "4",
@@ -238,3 +242,12 @@ def test_while_one_kind_of_backend_is_busy_only_the_other_kind_of_work_is_claime
     task = _task("TRANSCRIBE_CHUNK", {"model_name": "base", "language": "en"}, CP.LOCAL_ONLY)
     with pytest.raises(errors.BackendBusy):
         selector.choose(task, {"faster-whisper": 1}, pending=0)
+
+
+def test_the_operators_cost_cap_keeps_long_chunks_off_the_cloud() -> None:
+    priced = {"backend": "openai-whisper-api", "api_key": "sk", "cost_per_unit_usd": 0.006}
+    selector = _selector(_config(priced, max_cost_per_task_usd=0.02))
+    for seconds, backend in ((120.0, "openai-whisper-api"), (600.0, "faster-whisper")):
+        payload = {"model_name": "base", "language": "en", "chunk_duration_sec": seconds}
+        choice = selector.choose(_task("TRANSCRIBE_CHUNK", payload, CP.AUTO), {}, pending=0)
+        assert choice.backend == backend  # 600 s = $0.036 > $0.02: refused for the cloud

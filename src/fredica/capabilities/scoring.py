@@ -459,7 +459,10 @@ def estimate_units(cost_unit: str, payload: Mapping[str, Any]) -> float | None:
     if cost_unit == "request":
         return 1.0
     if cost_unit == "audio_minute":
-        duration = _number(payload.get("duration_sec"))
+        # TRANSCRIBE_CHUNK: the chunk file's length (SPLIT_AUDIO), which is what is uploaded
+        duration = _number(payload.get("duration_sec")) or _number(
+            payload.get("chunk_duration_sec")
+        )
         start, end = _number(payload.get("start_sec")), _number(payload.get("end_sec"))
         if duration is None and start is not None and end is not None:
             duration = end - start

@@ -379,7 +379,8 @@ class _Builder:
             return self.skip(function, p.backend, "configured", refusal)
         if p.cost_per_unit_usd is not None:
             meta["cost_per_unit_usd"] = f"{p.cost_per_unit_usd:g}"
-        return self.add(function, p.backend, K.CLOUD, "configured", "configured: api_key set",
+        why = f"endpoint {p.endpoint}" if p.backend in ENDPOINT_BACKENDS else "api_key set"
+        return self.add(function, p.backend, K.CLOUD, "configured", f"configured: {why}",
                         models=models, score=p.score, metadata=meta)  # fmt: skip
 
     def _configured(
