@@ -143,8 +143,9 @@ def test_every_seed_backend_is_in_the_catalog(function: F) -> None:
     # our additions: bilibili via yt-dlp (the Python node has no fredica-pyutil bundle) and the
     # built-in extractive analysis (a default pipeline must finish offline)
     # and the offline subtitle-sync / diarization / TTS backends of the subtitle issue
+    # and any server of the OpenAI transcription protocol (openai-compatible-asr)
     ours = {"bilibili-ytdlp", "local-extractive", "builtin-vad-xcorr", "builtin-mfcc-cluster",
-            "espeak-ng"}  # fmt: skip
+            "espeak-ng", "openai-compatible-asr"}  # fmt: skip
     assert names - SEED_BACKENDS[function] <= ours
 
 
@@ -153,7 +154,7 @@ def test_scores_and_defaults_are_sane() -> None:
         lo, hi = spec.score_range
         assert 0 <= lo <= hi <= 100, spec
         assert lo <= spec.default_score <= hi, spec
-        named_cloud = spec.name.endswith("-api") or spec.name == "openai-compatible"
+        named_cloud = spec.name.endswith("-api") or spec.name.startswith("openai-compatible")
         assert spec.cloud == named_cloud, spec
         assert spec.cloud == bool(spec.provider) == bool(spec.cost_unit), spec
 
@@ -227,7 +228,8 @@ def test_language_classes() -> None:
         "tencent-asr-api",
         "baidu-asr-api",
     }
-    whisper = {"faster-whisper", "whisper.cpp", "groq-whisper-api", "openai-whisper-api"}
+    whisper = {"faster-whisper", "whisper.cpp", "groq-whisper-api", "openai-whisper-api",
+               "openai-compatible-asr"}  # fmt: skip
     english = {"deepgram-api", "assemblyai-api"}
     multi = {"azure-speech-api", "google-speech-api", "aws-transcribe-api"}
     for names, klass in (

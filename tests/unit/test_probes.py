@@ -467,10 +467,14 @@ def test_configured_cloud_providers() -> None:
     )
     decls = declare.declare(cfg, FakeMachine().report())
     caps = declared(decls)
+    # the OpenAI transcription protocol runs here: declared with its default model, no key
+    whisper_api = caps[(F.TRANSCRIBE, "openai-whisper-api")]
+    assert [c.accelerator for c in whisper_api] == [catalog.CloudAPI("openai", "whisper-1")]
+    assert whisper_api[0].models == ("whisper-1",) and whisper_api[0].score == 62
+    assert "k" not in whisper_api[0].metadata.values()
     # a cloud ASR whose protocol has no executor here is not declared, key or not
-    for backend in ("openai-whisper-api", "xunfei-iat-api"):
-        assert (F.TRANSCRIBE, backend) not in caps
-        assert "no executor" in reason(decls, F.TRANSCRIBE, backend)
+    assert (F.TRANSCRIBE, "xunfei-iat-api") not in caps
+    assert "no executor" in reason(decls, F.TRANSCRIBE, "xunfei-iat-api")
     deepseek = caps[(F.AI_ANALYZE, "deepseek-api")][0]
     assert deepseek.accelerator == catalog.CloudAPI("deepseek", "deepseek-v3")
     assert deepseek.metadata["cost_per_unit_usd"] == "0.02"

@@ -243,6 +243,11 @@ BACKENDS: tuple[BackendSpec, ...] = (
          cost_unit=_MIN),
     _row("openai-whisper-api", F.TRANSCRIBE, CL, 58, 65, 62, language_class=_W,
          provider="openai", cost_unit=_MIN),
+    # Not in the seed: any other server of the OpenAI `/audio/transcriptions` protocol
+    # (faster-whisper-server / speaches, LocalAI, a proxy), named by its `endpoint`; scored
+    # like the seed's cloud Whisper APIs, since what it runs is the operator's choice.
+    _row("openai-compatible-asr", F.TRANSCRIBE, CL, 55, 65, 60, language_class=_W,
+         provider="openai-compatible", cost_unit=_MIN),
     _row("deepgram-api", F.TRANSCRIBE, CL, 55, 63, language_class=_EN, provider="deepgram",
          cost_unit=_MIN),
     _row("assemblyai-api", F.TRANSCRIBE, CL, 55, 63, language_class=_EN, provider="assemblyai",
@@ -457,22 +462,29 @@ def accelerator_kinds(function: CapabilityFunction, backend: str) -> frozenset[A
 _WHISPER_SIZE = re.compile(r"(large|turbo|medium|small|base|tiny)")
 
 
+def named_whisper_size(model: str) -> str | None:
+    """The size a Whisper model name states (large | medium | small | base | tiny), or None
+    when it names none (`whisper-1`, `gpt-4o-transcribe`)."""
+    m = _WHISPER_SIZE.search(model.lower())
+    if m is None:
+        return None
+    size = m.group(1)
+    return "large" if size == "turbo" else size
+
+
 def whisper_size(model: str) -> str:
     """Size class of a Whisper model name: large | medium | small | base | tiny.
 
     `large-v3`, `distil-large-v3`, `large-v3-turbo` and `turbo` count as large; an unknown name
     counts as small so it is never scored above what it may be.
     """
-    m = _WHISPER_SIZE.search(model.lower())
-    if m is None:
-        return "small"
-    size = m.group(1)
-    return "large" if size == "turbo" else size
+    return named_whisper_size(model) or "small"
 
 
 def is_english_only_model(model: str) -> bool:
-    """Whisper's `*.en` models only transcribe English."""
-    return model.lower().endswith(".en")
+    """Whisper's `*.en` models (and Groq's `distil-whisper-large-v3-en`) only transcribe
+    English."""
+    return model.lower().endswith((".en", "-en"))
 
 
 def _whisper_variant(

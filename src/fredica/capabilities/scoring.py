@@ -338,11 +338,12 @@ def transcribe_language_modifier(backend: str, model: str, language: object) -> 
     if row is None:
         return 0.0
     if klass is LC.WHISPER:
-        # Cloud Whisper APIs run large models; local ones by the declared model.
-        large = catalog.rows(F.TRANSCRIBE, backend)[0].cloud or catalog.whisper_size(model) == (
-            "large"
-        )
-        return float(row[0] if large else row[1])
+        # By the size the model's name states; a cloud API's own names (whisper-1) run large
+        # models, an unknown local name counts as small.
+        size = catalog.named_whisper_size(model)
+        if size is None and catalog.rows(F.TRANSCRIBE, backend)[0].cloud:
+            size = "large"
+        return float(row[0] if size == "large" else row[1])
     if klass is LC.ENGLISH_FIRST_CLOUD:
         return float(row[2])
     return float(row[3])
@@ -458,7 +459,10 @@ def estimate_units(cost_unit: str, payload: Mapping[str, Any]) -> float | None:
     if cost_unit == "request":
         return 1.0
     if cost_unit == "audio_minute":
-        duration = _number(payload.get("duration_sec"))
+        # TRANSCRIBE_CHUNK: the chunk file's length (SPLIT_AUDIO), which is what is uploaded
+        duration = _number(payload.get("duration_sec")) or _number(
+            payload.get("chunk_duration_sec")
+        )
         start, end = _number(payload.get("start_sec")), _number(payload.get("end_sec"))
         if duration is None and start is not None and end is not None:
             duration = end - start

@@ -266,6 +266,10 @@ class ProviderConfig(Section):
     # Our addition (AI_ANALYZE): false = the model takes no images, so hard-subtitle detection
     # uses its OCR fallback instead of sending it frames.
     vision: bool | None = None
+    # Our additions (HTTP backends): seconds to wait for an answer; the largest upload the
+    # server accepts (cloud ASR: audio over it is sent as FLAC, or refused before the upload).
+    timeout_sec: PositiveFloat | None = None
+    max_upload_mb: PositiveFloat | None = None
 
 
 def check_backend(

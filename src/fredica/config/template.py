@@ -89,7 +89,9 @@ capabilities:
     accelerator: null       # null = auto | gpu | cpu | cloud_api
     models: []              # e.g. [{name: "large-v3", score: 95}, {name: "medium", score: 72}]
     max_concurrent: 1       # a GPU usually runs one inference at a time
-    # For a cloud backend: backend: "openai-whisper-api", api_key: "sk-...", score: 62
+    # A cloud backend (OpenAI /audio/transcriptions protocol): backend: "openai-whisper-api"
+    # (or groq-whisper-api), api_key: "sk-...", models: [whisper-1]; any other server of the
+    # protocol: backend: "openai-compatible-asr", endpoint: "http://host:8000/v1"
     api_key: ""
     score: null
     providers: []           # more backends in the provider form used below

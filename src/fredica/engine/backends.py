@@ -50,9 +50,9 @@ class BackendSelector:
     hardware: declare.HardwareScores | None = None
     #: every backend considered at start-up, declared or not, with the reason
     declarations: tuple[declare.Declaration, ...] = ()
-    _gates: dict[frozenset[str], tuple[frozenset[str] | None, frozenset[str] | None]] = field(
-        default_factory=dict, repr=False, compare=False
-    )
+    _gates: dict[
+        tuple[frozenset[str], frozenset[str]], tuple[frozenset[str] | None, frozenset[str] | None]
+    ] = field(default_factory=dict, repr=False, compare=False)
     #: choices by everything they depend on (type, preference, payload, load): scoring is a
     #: pure function of these and of this selector's fixed capabilities and profile
     _choices: dict[tuple[Any, ...], BackendChoice] = field(
@@ -129,12 +129,18 @@ class BackendSelector:
 
     def saturated_functions(self, active_by_backend: Mapping[str, int]) -> frozenset[F]:
         """Functions whose every declared backend is at its max_concurrent right now."""
-        free: set[F] = set()
+        full = self._full_backends(active_by_backend)
+        free = {c.function for c in self.capabilities if c.backend not in full}
+        return frozenset({c.function for c in self.capabilities} - free)
+
+    def _full_backends(self, active_by_backend: Mapping[str, int]) -> frozenset[str]:
+        """Backends at their max_concurrent right now."""
+        full = set()
         for cap in self.capabilities:
             limit = cap.metadata.get("max_concurrent", "")
-            if not limit.isdigit() or active_by_backend.get(cap.backend, 0) < int(limit):
-                free.add(cap.function)
-        return frozenset({c.function for c in self.capabilities} - free)
+            if limit.isdigit() and active_by_backend.get(cap.backend, 0) >= int(limit):
+                full.add(cap.backend)
+        return frozenset(full)
 
     def claimable_types(
         self, executor_types: frozenset[str], busy: frozenset[F] = frozenset()
@@ -144,21 +150,32 @@ class BackendSelector:
         return self._types_for({c.function for c in self.capabilities} - busy, executor_types)
 
     def preference_gates(
-        self, executor_types: frozenset[str]
+        self, executor_types: frozenset[str], active_by_backend: Mapping[str, int] | None = None
     ) -> tuple[frozenset[str] | None, frozenset[str] | None]:
         """(types runnable here with a cloud backend, with a local one), for the claim: a
         `cloud_only` / `local_only` task of another type is left to a node that can honour it
-        (scoring would refuse it here). None where every type qualifies (no filter needed)."""
-        cached = self._gates.get(executor_types)
+        (scoring would refuse it here), and, given `active_by_backend`, waits while those
+        backends are all at their max_concurrent (a node whose local ASR is busy does not
+        claim a local_only chunk just because its cloud ASR is free). None where every type
+        qualifies (no filter needed)."""
+        full = self._full_backends(active_by_backend or {})
+        key = (executor_types, full)
+        cached = self._gates.get(key)
         if cached is not None:
             return cached
         everything = self._types_for({c.function for c in self.capabilities}, executor_types)
         gates: list[frozenset[str] | None] = []
         for cloud in (True, False):
-            functions = {c.function for c in self.capabilities if c.is_cloud == cloud}
+            functions = {
+                c.function
+                for c in self.capabilities
+                if c.is_cloud == cloud and c.backend not in full
+            }
             types = self._types_for(functions, executor_types)
             gates.append(None if types >= everything else types)
-        self._gates[executor_types] = (gates[0], gates[1])
+        if len(self._gates) >= CHOICE_CACHE_SIZE:
+            self._gates.clear()
+        self._gates[key] = (gates[0], gates[1])
         return gates[0], gates[1]
 
     def _types_for(self, functions: set[F], executor_types: frozenset[str]) -> frozenset[str]:
@@ -214,9 +231,7 @@ class BackendSelector:
         best = evaluation.best
         if best is None:
             reasons = "; ".join(r.reason for r in evaluation.rejected) or "no capability declared"
-            if evaluation.rejected and all(
-                "max_concurrent" in r.reason for r in evaluation.rejected
-            ):
+            if _only_busy(evaluation.rejected):
                 raise errors.BackendBusy(f"{task.type}: {reasons}")
             raise errors.ResourceError(
                 f"no backend on this node can serve {task.type}: {reasons}", hint="NO_BACKEND"
@@ -235,6 +250,15 @@ class BackendSelector:
             # the event recording this choice names the model and device that will run
             breakdown = f"model {best.model} on {kind or 'cpu'}; {breakdown}"
         return BackendChoice(best.backend, best.score, best.model, config, breakdown)
+
+
+def _only_busy(rejected: tuple[scoring.Rejection, ...]) -> bool:
+    """Whether the task waits for a slot rather than for another node: some backend is at its
+    max_concurrent, and the others are only the ones the task's cloud_preference rules out
+    (a local_only task on a node with a cloud backend waits for its local one)."""
+    busy = ["max_concurrent" in r.reason for r in rejected]
+    cloud = [r.reason.startswith("excluded by cloud rules") for r in rejected]
+    return any(busy) and all(b or c for b, c in zip(busy, cloud, strict=True))
 
 
 CHOICE_CACHE_SIZE = 512

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from fredica.capabilities import catalog, hardware, probes, scoring
 from fredica.config import schema as config
 from fredica.config import sections
+from fredica.executors import cloud_asr
 
 F = catalog.CapabilityFunction
 K = catalog.AcceleratorKind
@@ -137,7 +138,6 @@ def runnable(function: F, backend: str, table: Mapping[F, frozenset[str]] | None
     return allowed is None or backend in allowed
 
 
-_WHISPER = ("faster-whisper", "whisper.cpp")
 # The backends the video executors run (executors/ocr.py, detect.py); the other backends of
 # these functions have no executor yet, so they are never declared (DESIGN §4.16).
 IMPLEMENTED: dict[F, frozenset[str]] = {
@@ -275,15 +275,15 @@ class _Builder:
         metadata: Mapping[str, str] | None = None,
     ) -> None:
         """Declare a backend. A model with its own score becomes its own capability (the
-        seed's per-model scores); Whisper backends always split per model because the model
-        picks the catalog row and the language column."""
+        seed's per-model scores); TRANSCRIBE backends always split per model because the model
+        picks the catalog row and the language column, and the choice records the model."""
         if function in IMPLEMENTED and backend not in IMPLEMENTED[function]:
             return self.skip(function, backend, source, "no executor runs this backend yet")
         meta = {"source": source, **(metadata or {})}
         spec = catalog.spec_for(function, backend, kind)
         if spec is not None and spec.cost_unit:
             meta.setdefault("cost_unit", spec.cost_unit)
-        split = bool(models) and (backend in _WHISPER or any(s is not None for _, s in models))
+        split = bool(models) and (function is F.TRANSCRIBE or any(s is not None for _, s in models))
         groups: list[tuple[tuple[str, ...], int | None]]
         if split:
             groups = [((m,), s if s is not None else score) for m, s in models]
@@ -379,7 +379,8 @@ class _Builder:
             return self.skip(function, p.backend, "configured", refusal)
         if p.cost_per_unit_usd is not None:
             meta["cost_per_unit_usd"] = f"{p.cost_per_unit_usd:g}"
-        return self.add(function, p.backend, K.CLOUD, "configured", "configured: api_key set",
+        why = f"endpoint {p.endpoint}" if p.backend in ENDPOINT_BACKENDS else "api_key set"
+        return self.add(function, p.backend, K.CLOUD, "configured", f"configured: {why}",
                         models=models, score=p.score, metadata=meta)  # fmt: skip
 
     def _configured(
@@ -428,11 +429,13 @@ def _cloud_refusal(
         return f"cloud_policy.{key}.cloud_allowed is false"
     if rule.allowed_backends and p.backend not in rule.allowed_backends:
         return f"not in cloud_policy.{key}.allowed_backends"
-    if p.backend == "openai-compatible" and not p.endpoint:
-        return "missing endpoint"
-    if p.backend != "openai-compatible" and not p.api_key:
-        return "missing api_key"
-    return None
+    if p.backend in ENDPOINT_BACKENDS:
+        # a server of the protocol the operator runs: the endpoint is required, a key is not
+        return None if p.endpoint else "missing endpoint"
+    return None if p.api_key else "missing api_key"
+
+
+ENDPOINT_BACKENDS = frozenset({"openai-compatible", "openai-compatible-asr"})
 
 
 def _ytdlp_reason(report: probes.ProbeReport) -> tuple[bool, str]:
@@ -538,8 +541,22 @@ def _ffmpeg(b: _Builder) -> None:
 
 # TRANSCRIBE backends with an executor here (what is recorded is what runs, DESIGN §4.16): the
 # others in the catalog are never declared, so the selector can never choose them.
-TRANSCRIBE_RUNNABLE = ("faster-whisper",)
+TRANSCRIBE_RUNNABLE = ("faster-whisper", *cloud_asr.BACKENDS)
 _NO_EXECUTOR = "no executor for this backend in this version (it could be chosen but not run)"
+
+
+def _transcribe_configured(
+    b: _Builder, providers: Sequence[sections.ProviderConfig], section_max: int
+) -> None:
+    for p in providers:
+        wire = cloud_asr.WIRES.get(p.backend)
+        if wire is not None and not (p.model or p.models):
+            # the model that will run is recorded with the choice, so it is declared
+            p = p.model_copy(update={"model": wire.model})
+        if p.backend in TRANSCRIBE_RUNNABLE:
+            b.configured("transcribe", F.TRANSCRIBE, p, section_max)
+        else:
+            b.skip(F.TRANSCRIBE, p.backend, "configured", _NO_EXECUTOR)
 
 
 def _transcribe(b: _Builder) -> None:
@@ -548,12 +565,7 @@ def _transcribe(b: _Builder) -> None:
         return b.skip(F.TRANSCRIBE, "", "disabled", "capabilities.transcribe.enabled is false")
     providers = sec.all_providers()
     if providers:
-        for p in providers:
-            if p.backend in TRANSCRIBE_RUNNABLE:
-                b.configured("transcribe", F.TRANSCRIBE, p, sec.max_concurrent)
-            else:
-                b.skip(F.TRANSCRIBE, p.backend, "configured", _NO_EXECUTOR)
-        return None
+        return _transcribe_configured(b, providers, sec.max_concurrent)
     meta = {"max_concurrent": str(sec.max_concurrent)}
     configured_models = [(m.name, m.score) for m in sec.models]
     for rule in RULES:

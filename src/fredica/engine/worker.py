@@ -490,7 +490,9 @@ class WorkerEngine:
         short: frozenset[str] = frozenset(),
     ) -> ClaimFilter:
         cloud_only, local_only = (
-            self.selector.preference_gates(types) if self.selector is not None else (None, None)
+            self.selector.preference_gates(types, self._active_by_backend)
+            if self.selector is not None
+            else (None, None)
         )
         # what fills a free slot starts at once (claimed straight into running); what is
         # claimed ahead stays `claimed` until it starts (a crash hands it back without

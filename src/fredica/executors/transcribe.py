@@ -1,4 +1,5 @@
-"""DETECT_LANGUAGE and TRANSCRIBE_CHUNK with faster-whisper (seed 001 §3.2).
+"""DETECT_LANGUAGE and TRANSCRIBE_CHUNK with faster-whisper (seed 001 §3.2), or with a cloud
+backend of the OpenAI transcription protocol when the node chose one (`cloud_asr.py`).
 
 What is recorded is what runs (DESIGN §4.16): the executor runs the backend, model and device
 the node's selector chose for the task (`ctx.backend`, `backend_config["model"]` and
@@ -28,7 +29,7 @@ from typing import Any
 
 from fredica.capabilities import packaged_models
 from fredica.domain import errors, models
-from fredica.executors import inference_worker, outputs, whisper_pass
+from fredica.executors import cloud_asr, inference_worker, outputs, whisper_pass
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
 from fredica.executors.process import SubprocessReporter
@@ -205,18 +206,27 @@ def detect_in_child(reporter: SubprocessReporter, spec: dict[str, Any]) -> dict[
     if not per_window:  # no speech found anywhere: let the model judge the first window
         language, probability, ranked = model.detect_language(audio=audio[: SAMPLE_RATE * 30])
         per_window.append([(code, float(p)) for code, p in ranked])
-    ranked = combine_detections(per_window)
+    method = f"whisper language detection, {len(starts)} window(s) averaged"
+    return {
+        **detection_result(per_window, method),
+        "windows": details,
+        "sample_sec": round(min(sample_sec, duration), 3),
+        **_worker_report(load_sec),
+    }
+
+
+def detection_result(per_window: list[list[tuple[str, float]]], method: str) -> dict[str, Any]:
+    """{language, confidence, alternatives, detected_language, method} from the rankings of
+    the windows (averaged); below CONFIDENCE_THRESHOLD, or with nothing heard, "auto". Pure."""
+    ranked = combine_detections(per_window) if per_window else [("auto", 0.0)]
     language, probability = ranked[0]
     confident = probability >= CONFIDENCE_THRESHOLD
     return {
         "language": language if confident else "auto",
         "confidence": round(probability, 4),
         "alternatives": [{"language": c, "confidence": round(p, 4)} for c, p in ranked[1:6]],
-        "detected_language": language,
-        "method": f"whisper language detection, {len(starts)} window(s) averaged",
-        "windows": details,
-        "sample_sec": round(min(sample_sec, duration), 3),
-        **_worker_report(load_sec),
+        "detected_language": language if per_window else None,
+        "method": method,
     }
 
 
@@ -269,9 +279,10 @@ def run_choice(task: models.Task, ctx: TaskContext) -> tuple[str, str, str]:
         raise errors.PayloadError(f"payload.model_name must be a string, got {wanted!r}")
     backend = ctx.backend or BACKEND
     if backend not in LOCAL_BACKENDS:
+        runs = ", ".join((*LOCAL_BACKENDS, *cloud_asr.BACKENDS))
         raise errors.PermanentError(
             f"backend {backend!r} was chosen for {task.type} but this node has no executor "
-            f"for it (it runs: {', '.join(LOCAL_BACKENDS)})"
+            f"for it (it runs: {runs})"
         )
     chosen = cfg.get("model")
     if wanted and chosen and wanted != chosen:
@@ -361,18 +372,44 @@ class DetectLanguageExecutor(TaskExecutor):
     pausable = True
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
-        spec = _spec(task, ctx, await _audio(task, ctx))
-        spec["sample_sec"] = outputs.payload_number(
+        path = await _audio(task, ctx)
+        sample_sec = outputs.payload_number(
             task.payload, "sample_sec", DEFAULT_SAMPLE_SEC, low=1, high=600
         )
-        spec["windows"] = int(
+        windows = int(
             outputs.payload_number(task.payload, "windows", DETECT_WINDOWS, low=1, high=20)
         )
-        _tool_event(ctx, spec)
-        result: dict[str, Any] = await infer(ctx, detect_in_child, spec)
-        result.update(_ran(spec))
+        if cloud_asr.is_cloud(ctx.backend):
+            result = await self._cloud(ctx, path, sample_sec, windows)
+        else:
+            spec = _spec(task, ctx, path)
+            spec.update(sample_sec=sample_sec, windows=windows)
+            _tool_event(ctx, spec)
+            result = await infer(ctx, detect_in_child, spec)
+            result.update(_ran(spec))
         ctx.progress(100, f"language {result['language']}")
         return ExecuteResult(result)
+
+    @staticmethod
+    async def _cloud(
+        ctx: TaskContext, path: Path, sample_sec: float, windows: int
+    ) -> dict[str, Any]:
+        """The language the cloud backend reports for each window, one vote per window: the
+        confidence is the share of the windows with speech that agree."""
+        duration = cloud_asr.wav_seconds(path) or sample_sec
+        starts = detection_windows(duration, sample_sec, windows)
+        votes, details, client = await cloud_asr.detect_windows(ctx, path, starts, sample_sec)
+        method = (
+            f"language reported by {client.what}, {len(details)} window(s) with speech voting"
+            if client.verbose
+            else f"{client.model} reports no language: left to the transcription"
+        )
+        return {
+            **detection_result(votes, method),
+            "windows": details,
+            "sample_sec": round(min(sample_sec, duration), 3),
+            **cloud_asr.ran(client),
+        }
 
 
 class TranscribeChunkExecutor(TaskExecutor):
@@ -385,13 +422,36 @@ class TranscribeChunkExecutor(TaskExecutor):
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
         payload = task.payload
-        spec = _spec(task, ctx, await _audio(task, ctx))
+        path = await _audio(task, ctx)
         prompt = payload.get("initial_prompt")
         if prompt is not None and not isinstance(prompt, str):
             raise errors.PayloadError("payload.initial_prompt must be a string or null")
         language = payload.get("language")
         if language is not None and not isinstance(language, str):
             raise errors.PayloadError("payload.language must be a language code or 'auto'")
+        offset = outputs.payload_number(payload, "chunk_start_sec", 0.0, low=0, high=1e7)
+        job = cloud_asr.ChunkJob(path, offset, language, prompt)
+        if cloud_asr.is_cloud(ctx.backend):
+            result = await cloud_asr.transcribe_chunk(ctx, job)
+        else:
+            result = await self._local(task, ctx, job)
+        result.update(
+            {
+                "chunk_index": int(payload.get("chunk_index", 0)),
+                "start_sec": offset,
+                "end_sec": round(offset + float(result["duration_sec"]), 3),
+                "initial_prompt_used": bool(prompt),
+            }
+        )
+        ctx.progress(100, f"{len(result['segments'])} segment(s)")
+        return ExecuteResult(result)
+
+    @staticmethod
+    async def _local(
+        task: models.Task, ctx: TaskContext, job: cloud_asr.ChunkJob
+    ) -> dict[str, Any]:
+        payload, language = task.payload, job.language
+        spec = _spec(task, ctx, job.path)
         if language not in (None, "", "auto", "en") and is_english_only(spec["model_name"]):
             raise errors.PermanentError(
                 f"model {spec['model_name']!r} is English-only and cannot transcribe "
@@ -399,11 +459,9 @@ class TranscribeChunkExecutor(TaskExecutor):
             )
         spec.update(
             {
-                "offset_sec": outputs.payload_number(
-                    payload, "chunk_start_sec", 0.0, low=0, high=1e7
-                ),
+                "offset_sec": job.offset,
                 "language": language,
-                "initial_prompt": prompt,
+                "initial_prompt": job.prompt,
                 "beam_size": int(outputs.payload_number(payload, "beam_size", 5, low=1, high=20)),
                 "vad_filter": bool(payload.get("vad_filter", False)),
                 "word_timestamps": bool(payload.get("word_timestamps", True)),
@@ -411,14 +469,5 @@ class TranscribeChunkExecutor(TaskExecutor):
         )
         _tool_event(ctx, spec)
         result: dict[str, Any] = await infer(ctx, transcribe_in_child, spec)
-        result.update(
-            {
-                "chunk_index": int(payload.get("chunk_index", 0)),
-                "start_sec": spec["offset_sec"],
-                "end_sec": round(spec["offset_sec"] + float(result["duration_sec"]), 3),
-                "initial_prompt_used": bool(prompt),
-                **_ran(spec),
-            }
-        )
-        ctx.progress(100, f"{len(result['segments'])} segment(s)")
-        return ExecuteResult(result)
+        result.update(_ran(spec))
+        return result
