@@ -85,7 +85,7 @@ def online(node: ServedNode) -> set[str]:
 def post(node: ServedNode, path: str, body: dict[str, Any]) -> Any:
     with httpx.Client(base_url=node.url, timeout=10, trust_env=False) as client:
         response = client.post(path, json=body)
-        assert response.status_code in (200, 201), response.text
+        assert response.status_code in (200, 201, 202), response.text
         return response.json()
 
 

@@ -296,3 +296,53 @@ def test_a_node_leaves_work_to_a_better_free_node(tmp_path: Path) -> None:
         assert done["status"] == "completed", cluster.logs()
         ran_on = {e["node"] for e in effects(log) if e["phase"] == "end"}
         assert ran_on == {cluster.ids["b"]}
+
+
+def test_cancel_pause_and_resume_reach_the_node_running_the_task(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # Given b runs a long pausable task of a's
+    cluster.start_some("ab")
+    a, b = cluster.nodes["a"], cluster.nodes["b"]
+    body = {
+        "template": "custom",
+        "tasks": [
+            {
+                "ref": "t",
+                "type": "TEST_SLEEP",
+                "payload": {"seconds": 30},
+                "affinity": {"kind": "HARD", "node_id": cluster.ids["b"]},
+            }
+        ],
+    }
+    pid = post(a, "/api/v1/pipelines", body)["pipeline_id"]
+    task_id = wait_until(
+        lambda: next(
+            (
+                t["id"]
+                for t in get(a, "/api/v1/tasks", pipeline_id=pid)["tasks"]
+                if t["status"] == "running" and t["progress"] > 0
+            ),
+            None,
+        ),
+        20,
+        "b to run the task",
+    )
+
+    # When a's user pauses, resumes and cancels it on a
+    paused = post(a, f"/api/v1/tasks/{task_id}/pause", {})
+    assert paused["is_paused"] is True, paused
+    progress = get(a, f"/api/v1/tasks/{task_id}")["progress"]
+    time.sleep(0.6)  # paused work does not move: nothing to wait for but time
+    assert get(a, f"/api/v1/tasks/{task_id}")["progress"] == progress
+    assert post(a, f"/api/v1/tasks/{task_id}/resume", {})["is_paused"] is False
+    post(a, f"/api/v1/pipelines/{pid}/cancel", {})
+
+    # Then b stops it, and the pipeline ends cancelled once b confirmed
+    done = wait_until(
+        lambda: get(a, f"/api/v1/pipelines/{pid}")["status"] == "cancelled", 20, "the cancel"
+    )
+    assert done
+    row = get(a, f"/api/v1/tasks/{task_id}")
+    assert row["status"] == "cancelled" and row["claimed_by"] == cluster.ids["b"]
+    assert b.proc is not None and b.proc.poll() is None
