@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.cluster.support import (
@@ -23,7 +24,7 @@ from tests.cluster.support import (
     post,
     replicas_agree,
 )
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import ServedNode, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -298,12 +299,11 @@ def test_a_node_leaves_work_to_a_better_free_node(tmp_path: Path) -> None:
         assert ran_on == {cluster.ids["b"]}
 
 
-def test_cancel_pause_and_resume_reach_the_node_running_the_task(
-    cluster: Cluster, tmp_path: Path
-) -> None:
-    # Given b runs a long pausable task of a's
-    cluster.start_some("ab")
-    a, b = cluster.nodes["a"], cluster.nodes["b"]
+def b_runs_a_long_task_of_a(
+    cluster: Cluster, viewer: ServedNode, scope: str = "local"
+) -> tuple[str, str]:
+    """A 30 s pausable task of a's pinned to b, running (as `viewer` lists it): (pipeline id,
+    task id)."""
     body = {
         "template": "custom",
         "tasks": [
@@ -315,19 +315,22 @@ def test_cancel_pause_and_resume_reach_the_node_running_the_task(
             }
         ],
     }
-    pid = post(a, "/api/v1/pipelines", body)["pipeline_id"]
-    task_id = wait_until(
-        lambda: next(
-            (
-                t["id"]
-                for t in get(a, "/api/v1/tasks", pipeline_id=pid)["tasks"]
-                if t["status"] == "running" and t["progress"] > 0
-            ),
-            None,
-        ),
-        20,
-        "b to run the task",
-    )
+    pid = post(cluster.nodes["a"], "/api/v1/pipelines", body)["pipeline_id"]
+
+    def running() -> str | None:
+        rows = get(viewer, "/api/v1/tasks", pipeline_id=pid, scope=scope)["tasks"]
+        return next((t["id"] for t in rows if t["status"] == "running" and t["progress"]), None)
+
+    return pid, wait_until(running, 20, "b to run the task")
+
+
+def test_cancel_pause_and_resume_reach_the_node_running_the_task(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # Given b runs a long pausable task of a's
+    cluster.start_some("ab")
+    a, b = cluster.nodes["a"], cluster.nodes["b"]
+    pid, task_id = b_runs_a_long_task_of_a(cluster, a)
 
     # When a's user pauses, resumes and cancels it on a
     paused = post(a, f"/api/v1/tasks/{task_id}/pause", {})
@@ -346,3 +349,29 @@ def test_cancel_pause_and_resume_reach_the_node_running_the_task(
     row = get(a, f"/api/v1/tasks/{task_id}")
     assert row["status"] == "cancelled" and row["claimed_by"] == cluster.ids["b"]
     assert b.proc is not None and b.proc.poll() is None
+
+
+def test_a_user_on_any_node_acts_on_any_nodes_work(cluster: Cluster, tmp_path: Path) -> None:
+    # Given a pipeline of a's whose task runs on b, and a user of c's page (not owner, not
+    # executor)
+    cluster.start_all()
+    a, c = cluster.nodes["a"], cluster.nodes["c"]
+    pid, task_id = b_runs_a_long_task_of_a(cluster, c, scope="cluster")
+    # c shows the task with its events as a has them
+    shown = get(c, f"/api/v1/tasks/{task_id}")
+    assert shown["owner_id"] == cluster.ids["a"]
+    assert "claimed" in [e["event_type"] for e in shown["events"]]
+
+    # When the user pauses it and cancels the pipeline on c
+    assert post(c, f"/api/v1/tasks/{task_id}/pause", {})["is_paused"] is True
+    post(c, f"/api/v1/pipelines/{pid}/cancel", {})
+
+    # Then the owner did both, through the node that runs the task
+    wait_until(
+        lambda: get(a, f"/api/v1/pipelines/{pid}")["status"] == "cancelled", 20, "the cancel"
+    )
+    kinds = [e["event_type"] for e in get(a, f"/api/v1/tasks/{task_id}")["events"]]
+    assert "paused" in kinds or get(a, f"/api/v1/tasks/{task_id}")["status"] == "cancelled"
+    # and an action on work nobody has answers 404
+    with httpx.Client(base_url=c.url, timeout=10, trust_env=False) as client:
+        assert client.post("/api/v1/tasks/no-such-task/cancel").status_code == 404

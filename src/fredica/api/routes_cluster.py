@@ -86,9 +86,20 @@ async def verify(body: JsonBody, node: deps.NodeDep) -> JSON:
 
 
 @router.get("/tasks/get")
-async def get_task(node: deps.NodeDep, task_id: Annotated[str, Query(min_length=1)]) -> JSON:
-    """One task of this owner as it stands."""
-    return await node.peers.get_task(task_id)
+async def get_task(
+    node: deps.NodeDep,
+    task_id: Annotated[str, Query(min_length=1)],
+    events: Annotated[bool, Query()] = False,
+) -> JSON:
+    """One task of this owner as it stands (with its events if asked)."""
+    return await node.peers.get_task(task_id, events)
+
+
+@router.post("/control")
+async def control(body: JsonBody, node: deps.NodeDep) -> JSON:
+    """A user's action on a task (`task_id`: cancel, pause, resume, retry, skip) or a pipeline
+    (`pipeline_id`: cancel, retry, delete) of this owner, forwarded by the node the user asked."""
+    return await node.control_for_peer(body)
 
 
 @router.get("/tasks/diff")

@@ -15,6 +15,7 @@ from fredica.domain.models import (
     Pipeline,
     PipelineStatus,
     Task,
+    TaskEvent,
     TaskStatus,
 )
 
@@ -37,3 +38,8 @@ def pipeline_from_json(d: JSON) -> Pipeline:
     values: dict[str, Any] = {name: d[name] for name in Pipeline.__slots__}
     values["status"] = PipelineStatus(values["status"])
     return Pipeline(**values)
+
+
+def event_from_json(d: JSON) -> TaskEvent:
+    """The event `TaskEvent.to_json` described."""
+    return TaskEvent(**{name: d[name] for name in TaskEvent.__slots__})

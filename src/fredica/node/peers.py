@@ -233,8 +233,11 @@ class PeerDesk:
         replica = owner != self._store.node_id
         return {"owner": owner, "digest": await self._store.digest(owner, replica=replica)}
 
-    async def get_task(self, task_id: str) -> JSON:
-        return {"task": (await self._store.get_task(task_id)).to_json()}
+    async def get_task(self, task_id: str, events: bool = False) -> JSON:
+        answer: JSON = {"task": (await self._store.get_task(task_id)).to_json()}
+        if events:
+            answer["events"] = [e.to_json() for e in await self._store.task_events(task_id)]
+        return answer
 
     # --- as claimer -------------------------------------------------------------------------
     def wake(self, node_id: str | None) -> None:

@@ -31,6 +31,7 @@ from fredica.config import schema as config
 from fredica.domain import errors, models, node_state
 from fredica.domain.clock import Clock, SystemClock
 from fredica.domain.models import ShutdownType
+from fredica.domain.wire import event_from_json, pipeline_from_json, task_from_json
 from fredica.engine.backends import BackendSelector
 from fredica.engine.registry import Registry
 from fredica.engine.wakeups import CoalescedCall
@@ -599,7 +600,68 @@ class Node:
         task = next(t for t in tasks if t.type == network_test.TASK_TYPE)
         return pipeline.id, task.id
 
+    async def _owner_of(
+        self, task_id: str | None = None, pipeline_id: str | None = None
+    ) -> RemoteOwner | None:
+        """The owner of a task or pipeline this node knows only from its replica (None: no
+        replica of it); `StoreError` if that owner cannot be reached now."""
+        if self.membership is None:
+            return None
+        if task_id is not None:
+            row: models.Task | models.Pipeline | None = await self._store.replica_task(task_id)
+        else:
+            row = await self._store.replica_pipeline(pipeline_id or "")
+        if row is None:
+            return None
+        owner = self.membership.owner(row.owner_id)
+        if owner is None:
+            raise errors.StoreError(
+                f"{'task' if task_id else 'pipeline'} {task_id or pipeline_id} belongs to node "
+                f"{row.owner_id}, which this node cannot reach now"
+            )
+        return owner
+
+    async def _forward_pipeline(self, pipeline_id: str, action: str) -> dict[str, Any] | None:
+        """A user's action on another owner's pipeline, executed by its owner (None: this
+        node has no replica of it either)."""
+        owner = await self._owner_of(pipeline_id=pipeline_id)
+        if owner is None:
+            return None
+        answer = await owner.call(
+            "POST", "/cluster/control", {"pipeline_id": pipeline_id, "action": action}
+        )
+        assert isinstance(answer, dict)
+        return answer
+
+    async def control_for_peer(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A user's action that another node forwarded to this owner."""
+        action = body.get("action")
+        if not isinstance(action, str):
+            raise errors.InvalidRequest("action must be a string")
+        task_id, pipeline_id = body.get("task_id"), body.get("pipeline_id")
+        if isinstance(task_id, str) and task_id:
+            return {"task": (await self._local_task_action(task_id, action)).to_json()}
+        if not isinstance(pipeline_id, str) or not pipeline_id:
+            raise errors.InvalidRequest("name a task_id or a pipeline_id")
+        if action == "cancel":
+            return {"pipeline": (await self._cancel_pipeline(pipeline_id)).to_json()}
+        if action == "retry":
+            pipeline, retried = await self._retry_pipeline(pipeline_id)
+            return {"pipeline": pipeline.to_json(), "retried": retried}
+        if action == "delete":
+            return {"deleted_tasks": await self._delete_pipeline(pipeline_id)}
+        raise errors.InvalidRequest(f"unknown action {action!r}; use cancel, retry or delete")
+
     async def cancel_pipeline(self, pipeline_id: str) -> models.Pipeline:
+        try:
+            return await self._cancel_pipeline(pipeline_id)
+        except errors.NotFound:
+            answer = await self._forward_pipeline(pipeline_id, "cancel")
+            if answer is None:
+                raise
+            return pipeline_from_json(answer["pipeline"])
+
+    async def _cancel_pipeline(self, pipeline_id: str) -> models.Pipeline:
         outcomes = await self._store.cancel_pipeline(pipeline_id)
         self._signal(outcomes)
         self.changes.notify(pipeline_id)
@@ -607,7 +669,17 @@ class Node:
 
     async def retry_pipeline(self, pipeline_id: str) -> tuple[models.Pipeline, list[str]]:
         """Every failed or cancelled task of the pipeline back to pending at once; returns the
-        pipeline and those tasks' ids (`IllegalTransition` if there are none)."""
+        pipeline and those tasks' ids (`IllegalTransition` if there are none). Another owner's
+        pipeline is retried by its owner."""
+        try:
+            return await self._retry_pipeline(pipeline_id)
+        except errors.NotFound:
+            answer = await self._forward_pipeline(pipeline_id, "retry")
+            if answer is None:
+                raise
+            return pipeline_from_json(answer["pipeline"]), list(answer["retried"])
+
+    async def _retry_pipeline(self, pipeline_id: str) -> tuple[models.Pipeline, list[str]]:
         retried = await self._store.retry_pipeline(pipeline_id)
         self.engine.wake()
         self.changes.notify(pipeline_id)
@@ -615,7 +687,17 @@ class Node:
 
     async def delete_pipeline(self, pipeline_id: str) -> list[str]:
         """Remove a finished pipeline with its tasks, events, result files and task logs;
-        returns the ids of the tasks removed (`Conflict` while any task is active)."""
+        returns the ids of the tasks removed (`Conflict` while any task is active). Another
+        owner's pipeline is deleted by its owner."""
+        try:
+            return await self._delete_pipeline(pipeline_id)
+        except errors.NotFound:
+            answer = await self._forward_pipeline(pipeline_id, "delete")
+            if answer is None:
+                raise
+            return list(answer["deleted_tasks"])
+
+    async def _delete_pipeline(self, pipeline_id: str) -> list[str]:
         task_ids = await self._store.delete_pipeline(pipeline_id)
         await asyncio.to_thread(task_files.remove, self.settings.data_dir, task_ids)
         self.changes.notify(pipeline_id)
@@ -623,6 +705,20 @@ class Node:
 
     # --- tasks -----------------------------------------------------------------------------
     async def task_action(self, task_id: str, action: str) -> models.Task:
+        """A user's action on a task: executed here if this node owns it, else by its owner
+        (a task this node knows from its replica)."""
+        try:
+            return await self._local_task_action(task_id, action)
+        except errors.NotFound:
+            owner = await self._owner_of(task_id=task_id)
+            if owner is None:
+                raise
+        answer = await owner.call(
+            "POST", "/cluster/control", {"task_id": task_id, "action": action}
+        )
+        return task_from_json(answer["task"])
+
+    async def _local_task_action(self, task_id: str, action: str) -> models.Task:
         if action == "cancel":
             outcome = await self._store.cancel_task(task_id)
             self._signal([outcome])
@@ -928,7 +1024,23 @@ class Node:
         return await self._store.get_task(task_id)
 
     async def task_with_events(self, task_id: str) -> tuple[models.Task, list[models.TaskEvent]]:
-        task = await self._store.get_task(task_id)
+        """A task and its events: this node's own, else as its owner has them now, else (the
+        owner unreachable) the replica's row without events."""
+        try:
+            task = await self._store.get_task(task_id)
+        except errors.NotFound:
+            replica = await self._store.replica_task(task_id)
+            if replica is None:
+                raise
+            owner = self.membership.owner(replica.owner_id) if self.membership else None
+            if owner is None:
+                return replica, []
+            try:
+                answer = await owner.call("GET", "/cluster/tasks/get", task_id=task_id, events=1)
+            except errors.StoreError:
+                return replica, []
+            events = [event_from_json(e) for e in answer.get("events", [])]
+            return task_from_json(answer["task"]), events
         return task, await self._store.task_events(task_id)
 
     async def task_events(self, task_id: str) -> list[models.TaskEvent]:
