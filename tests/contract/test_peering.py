@@ -100,3 +100,22 @@ async def test_after_its_own_downtime_an_owner_forgives_its_claimers_silence(sto
     theirs = [t for t in (await store.list_tasks()) if t.claimed_by == "node-b"]
     assert theirs and theirs[0].status is TaskStatus.RUNNING
     assert theirs[0].id not in report.stale + report.reclaimed
+
+
+async def test_a_pipeline_the_owner_deletes_leaves_the_replicas_too(make_store, store) -> None:
+    owner = make_store(OWNER)
+    pid = await make_pipeline(owner, NewTask("T", id="o1"), NewTask("T", id="o2"))
+    await store.apply_replica(OWNER, await owner_changes(owner))
+    assert await store.replica_pipeline(pid) is not None
+    cursor = await store.replica_cursor(OWNER)
+    # the owner finishes and deletes the pipeline
+    for _ in range(2):
+        await complete(owner, await claim_one(owner))
+    await owner.delete_pipeline(pid)
+    later = await owner_changes(owner, cursor)
+    assert sorted(later.deleted) == [("pipeline", pid), ("task", "o1"), ("task", "o2")]
+    # applying the feed drops the copies, and the replica hashes like the owner again
+    await store.apply_replica(OWNER, later)
+    assert await store.replica_pipeline(pid) is None
+    assert await store.replica_tasks(pipeline_id=pid) == []
+    assert await store.digest(OWNER, replica=True) == await owner.digest(OWNER, replica=False)

@@ -164,6 +164,7 @@ def batch_to_json(batch: ChangeBatch) -> JSON:
         "tasks": [t.to_json() for t in batch.tasks],
         "pipelines": [p.to_json() for p in batch.pipelines],
         "cursor": batch.cursor,
+        "deleted": [list(d) for d in batch.deleted],
     }
 
 
@@ -172,6 +173,7 @@ def batch_from_json(d: JSON) -> ChangeBatch:
         [task_from_json(t) for t in d["tasks"]],
         [pipeline_from_json(p) for p in d["pipelines"]],
         int(d["cursor"]),
+        [(str(kind), str(row_id)) for kind, row_id in d.get("deleted", [])],
     )
 
 

@@ -250,6 +250,8 @@ class ChangeBatch:
     tasks: list[Task]
     pipelines: list[Pipeline]
     cursor: int
+    #: rows deleted in the same span, as (`task` | `pipeline`, id): replicas drop them
+    deleted: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

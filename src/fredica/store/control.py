@@ -244,9 +244,18 @@ def delete_pipeline(tx: Tx, pipeline_id: str) -> list[str]:
     )
     tx.q(f"DELETE FROM task_dep WHERE task_id IN ({in_pipeline})", (pipeline_id,))
     tx.q(f"DELETE FROM task_dep WHERE parent_id IN ({in_pipeline})", (pipeline_id,))
+    owner = tx.q("SELECT owner_id FROM pipeline_instance WHERE id = ?", (pipeline_id,)).fetchone()[
+        "owner_id"
+    ]
     tx.q("DELETE FROM task WHERE pipeline_id = ?", (pipeline_id,))
     tx.q("DELETE FROM pipeline_instance WHERE id = ?", (pipeline_id,))
-    tx.mark_changed()
+    # tombstones: the replicas of these rows on other nodes drop them too
+    tx.qmany(
+        "INSERT INTO deleted_row (kind, id, owner_id, change_seq) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (kind, id) DO UPDATE SET change_seq = excluded.change_seq",
+        [("pipeline", pipeline_id, owner, tx.seq)]
+        + [("task", r["id"], owner, tx.seq) for r in rows],
+    )
     return [r["id"] for r in rows]
 
 

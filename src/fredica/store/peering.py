@@ -103,6 +103,10 @@ def apply_replica(tx: Tx, owner_id: str, batch: ChangeBatch) -> int:
             ),
             "",
         )
+    for kind, row_id in batch.deleted:
+        table = "replica_task" if kind == "task" else "replica_pipeline"
+        cursor = tx.q(f"DELETE FROM {table} WHERE id = ? AND owner_id = ?", (row_id, owner_id))
+        applied += max(0, cursor.rowcount)
     tx.q(
         "INSERT INTO replica_cursor (owner_id, cursor, pulled_at) VALUES (?, ?, ?) "
         "ON CONFLICT (owner_id) DO UPDATE SET pulled_at = excluded.pulled_at, "

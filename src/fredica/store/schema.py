@@ -247,6 +247,15 @@ CREATE TABLE replica_pipeline (
     data TEXT NOT NULL
 );
 CREATE INDEX replica_pipeline_created ON replica_pipeline (created_at, id);
+-- what the owner deleted (a finished pipeline and its tasks), for the replicas' change feed
+CREATE TABLE deleted_row (
+    kind TEXT NOT NULL,
+    id TEXT NOT NULL,
+    owner_id TEXT NOT NULL,
+    change_seq INTEGER NOT NULL,
+    PRIMARY KEY (kind, id)
+);
+CREATE INDEX deleted_row_change ON deleted_row (change_seq);
 CREATE TABLE replica_cursor (
     owner_id TEXT PRIMARY KEY,
     cursor INTEGER NOT NULL,

@@ -654,10 +654,17 @@ class SQLStore(TaskStore):
             pipeline_rows = _changed_rows(
                 conn, "pipeline_instance", PIPELINE_COLUMNS, owner_id, cursor, end, None
             )
+        sql = "SELECT kind, id FROM deleted_row WHERE change_seq > ? AND change_seq <= ?"
+        params: list[Any] = [cursor, end]
+        if owner_id is not None:
+            sql += " AND owner_id = ?"
+            params.append(owner_id)
+        deleted = [(str(r["kind"]), str(r["id"])) for r in conn.execute(sql, params)]
         return ChangeBatch(
             [row_to_task(r) for r in task_rows if r["change_seq"] <= end],
             [row_to_pipeline(r) for r in pipeline_rows if r["change_seq"] <= end],
             max(end, cursor),
+            deleted,
         )
 
 
