@@ -26,6 +26,7 @@ TARGET_TEXT = {
     "idle_p50_push_lt_50ms": "idle latency p50 < 50 ms with push wake-up",
     "pipeline_overhead_lt_5pct": "orchestration overhead on the media pipeline < 5%",
     "list_pages_le_50ms_at_1m": "task list first page and 10,000 deep <= 50 ms at 1M tasks",
+    "cluster_3_nodes_ge_2_8x": "home cluster: 3 nodes >= 2.8x one node on I/O-bound work",
 }
 #: the no-op systems that always appear in the results (null when not run), in table order
 NOOP_KEYS = (

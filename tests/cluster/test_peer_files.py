@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,7 +54,9 @@ def test_a_task_on_another_node_reads_the_holder_s_file(cluster: Cluster) -> Non
     assert read["result"]["node"] == b and read["claimed_by"] == b
     assert read["result"]["sha256"] == hashlib.sha256(content).hexdigest()
     copy = cluster.nodes["b"].data_dir / "cache" / "peers" / a / REL
-    assert Path(read["result"]["read_from"]).resolve() == copy.resolve()
+    # (the result names the copy relative to b's data dir: a file of b's)
+    read_from = cluster.nodes["b"].path(read["result"]["read_from"])
+    assert read_from.resolve() == copy.resolve()
     assert copy.read_bytes() == content
     gone = rows["chunks/m1/gone.wav"]
     assert gone["status"] == "failed" and gone["error_type"] == "RESOURCE", gone

@@ -409,6 +409,8 @@ async def test_the_engine_gives_its_tasks_the_node_s_fetcher(served, tmp_path: P
         (task,) = pipeline["tasks"]
         assert task["status"] == "completed", task
         assert task["result"]["sha256"] == hashlib.sha256(DATA).hexdigest()
-        assert task["result"]["read_from"].startswith(str(data / "cache" / "peers" / "node-a"))
+        # the copy, named relative to this node's data dir (a file of this node's)
+        assert task["result"]["read_from"].startswith("cache/peers/node-a/")
+        assert (data / task["result"]["read_from"]).is_file()
     finally:
         await node.stop(grace=1)
