@@ -101,3 +101,15 @@ def test_requests_the_network_repeats_change_nothing(proxied, tmp_path: Path) ->
     row, kinds = events_of(cluster, pid)
     assert row["attempt"] == 1 and kinds.count("completed") == 1
     assert [(e["attempt"], e["phase"]) for e in effects(log)] == [(1, "start"), (1, "end")]
+
+
+def test_a_slow_network_delays_reports_but_loses_nothing(proxied, tmp_path: Path) -> None:
+    cluster, proxy = proxied
+    proxy.delay(0.15)  # every chunk between b and a held 150 ms (well under stale_after)
+    a, _, log, pid = b_runs_a_task_of_a(cluster, tmp_path, seconds=2)
+
+    done = wait_until(lambda: pipeline_done(a, pid), 30, "the pipeline")
+    assert done["status"] == "completed", cluster.logs()
+    row, kinds = events_of(cluster, pid)
+    assert row["attempt"] == 1 and "stale" not in kinds and "reclaimed" not in kinds
+    assert [(e["attempt"], e["phase"]) for e in effects(log)] == [(1, "start"), (1, "end")]
