@@ -122,6 +122,43 @@ class AnalyzeEffectExecutor(EffectExecutor):
     capability = "AI_ANALYZE"
 
 
+CHILD_EFFECT_SCRIPT = """
+import json, os, sys, time
+log, task, attempt, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+def line(phase):
+    entry = {"task": task, "attempt": attempt, "pid": os.getpid(), "phase": phase, "t": time.time()}
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(fd, (json.dumps(entry) + "\\n").encode())
+    os.close(fd)
+line("start")
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    time.sleep(0.01)
+line("end")
+"""
+
+
+class ChildEffectExecutor(TaskExecutor):
+    """Its work is a child process (started with `ctx.run_process`) that logs `start` and
+    `end` of its attempt to a shared effect log, `seconds` apart: a child that outlived its
+    node would log after the next attempt started (crash soak tests)."""
+
+    task_type = "TEST_CHILD_EFFECT"
+
+    async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
+        argv = [
+            sys.executable,
+            "-c",
+            CHILD_EFFECT_SCRIPT,
+            str(task.payload["effect_log"]),
+            task.id,
+            str(task.attempt),
+            str(float(task.payload.get("seconds", 0.3))),
+        ]
+        await ctx.run_process(argv)
+        return ExecuteResult({"attempt": task.attempt})
+
+
 class TreeExecutor(TaskExecutor):
     """Runs a shell whose background child outlives it unless its process group is killed: the
     shell writes the child's pid to `pidfile`, then waits for it."""
@@ -382,6 +419,7 @@ def register(registry: Registry) -> None:
         SleepExecutor(),
         EffectExecutor(),
         AnalyzeEffectExecutor(),
+        ChildEffectExecutor(),
         TreeExecutor(),
         ToolExecutor(),
         BurnExecutor(),
