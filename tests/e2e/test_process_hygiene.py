@@ -129,12 +129,12 @@ def test_a_suspended_node_keeps_its_tasks_and_their_retries(tmp_path: Path) -> N
                 "max_retries": 1,
                 "payload": {"effect_log": str(log), "seconds": 1.5},
             }
-            for i in range(8)
+            for i in range(16)
         ]
         refs = create(node, tasks)
         assert node.proc is not None
-        # When it is suspended for 2x reclaim_after, again and again, while it runs them
-        for _ in range(5):
+        # When it is suspended for 2x reclaim_after, ten times in a row, while it runs them
+        for _ in range(10):
             time.sleep(0.7)
             os.kill(node.proc.pid, signal.SIGSTOP)
             time.sleep(2.0)
