@@ -50,6 +50,8 @@ def test_the_node_with_room_gets_the_download(cluster: Cluster, tmp_path: Path) 
     # a says why it left it
     disk = get(a, "/api/v1/status")["disk"]
     assert disk["low"] is True and "disk_min_free_gb" in disk["held_types"]["DOWNLOAD_VIDEO"]
+    shown = a.cli("status").stdout
+    assert "keeps 100000 GiB free" in shown and "DOWNLOAD_VIDEO" in shown, shown
     # and b knows a's disk from a's heartbeats: its free space and what it holds back
     seen = {n["id"]: n for n in get(b, "/api/v1/nodes")["nodes"]}
     info = seen[cluster.ids["a"]]["info"]

@@ -58,6 +58,10 @@ class DiskCheck(Protocol):
         """The types among `types` not to claim now for lack of disk space."""
         ...
 
+    def applies(self, task_type: str) -> bool:
+        """Whether tasks of this type need room (cheap: asked for every task)."""
+        ...
+
     def shortfall(self, task: models.Task) -> str | None:
         """None if the claimed task's estimated output fits, else why not (blocking)."""
         ...
@@ -655,7 +659,8 @@ class WorkerEngine:
             if existing is not None:
                 await self._complete(running, existing, "outputs already exist; skipped run")
                 return
-            short = await asyncio.to_thread(self.disk.shortfall, task) if self.disk else None
+            disk = self.disk if self.disk is not None and self.disk.applies(task.type) else None
+            short = await asyncio.to_thread(disk.shortfall, task) if disk is not None else None
             if short is not None:  # no room for its output: back to pending, not a retry
                 await self.store.release(task.id, task.attempt, short, self.node_id)
                 self._changed(task.pipeline_id)

@@ -260,6 +260,10 @@ class DiskGate:
         return frozenset(self.held(types))
 
     # --- the per-task check ----------------------------------------------------------------------
+    def applies(self, task_type: str) -> bool:
+        """Whether tasks of this type need room (the others skip the check)."""
+        return task_type in self.disk_types
+
     def shortfall(self, task: models.Task) -> str | None:
         """None if the task's estimated output fits (seed: `free - required > minFree`), else
         why not; the type is then held (module doc). Blocking (stat calls): run in a thread."""

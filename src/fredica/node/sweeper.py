@@ -35,7 +35,7 @@ from fredica.store.base import TaskStore
 
 logger = logging.getLogger(__name__)
 
-CHANGE_SWEEP_GAP = 5.0  # seconds at least between two sweeps started by changes
+CHANGE_SWEEP_GAP = 10.0  # seconds at least between two sweeps started by changes
 PIPELINES_SCANNED = 2000  # newest finished pipelines read per sweep (every active one is read)
 TASKS_PER_PIPELINE = 100_000
 OUTBOX_READ = 100_000
