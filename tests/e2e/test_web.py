@@ -608,6 +608,21 @@ def test_drain_button_on_this_nodes_card(
         assert api(served, "GET", "/api/v1/status")["draining"] is False
 
 
+def test_this_nodes_card_says_when_the_disk_holds_work_back(
+    served: ServedNode, open_page: Callable[..., Page]
+) -> None:
+    # a node that must keep 100,000 GiB free leaves download and ffmpeg work to others
+    with served.config.open("a") as config:
+        config.write("capabilities:\n  download:\n    disk_min_free_gb: 100000\n")
+    served.start()
+    for locale, text in (("zh-CN", "磁盘空间不足"), ("en-US", "Low disk (keeps 98 TB free)")):
+        page = open_page(f"{served.url}/processing", locale=locale)
+        card = page.locator(".node-card[data-status]").filter(has=page.locator(".tag"))
+        stats = card.locator(".node-stats")
+        expect(stats).to_contain_text(text)
+        expect(stats).to_contain_text("DOWNLOAD_VIDEO")
+
+
 def test_a_peers_pipeline_shows_with_its_owner_as_a_read_only_replica(
     tmp_path: Path, open_page: Callable[..., Page]
 ) -> None:

@@ -448,6 +448,16 @@ def status(node: NodeOpt = DEFAULT_NODE) -> None:
     table.add_row("tasks", "  ".join(f"{k} {v}" for k, v in counts.items() if v) or "none")
     table.add_row("task types", ", ".join(data["task_types"]))
     table.add_row("templates", ", ".join(data["templates"]))
+    disk = data.get("disk")
+    if disk:
+        gib = 1 << 30
+        table.add_row(
+            "disk",
+            f"{disk['free_bytes'] / gib:.1f} GiB free of {disk['total_bytes'] / gib:.1f} GiB "
+            f"(keeps {disk['min_free_bytes'] / gib:g} GiB free)",
+        )
+        for task_type, why in disk["held_types"].items():
+            table.add_row("held back", f"[yellow]{task_type}[/yellow]: {why}")
     console.print(table)
 
 

@@ -308,11 +308,18 @@ class SchedulingConfig(sections.Section):
 
 
 class StorageConfig(sections.Section):
-    """storage: data directory and result retention."""
+    """storage: data directory, result retention and clean-up (seed 001 §7.7)."""
 
     data_dir: Annotated[str, sections.non_empty] = ".data"
-    results_retain_days: sections.PositiveInt = 7
+    #: results (and task logs) are removed this long after they were last written, unless
+    #: their pipeline is still active or their result waits in the outbox; 0 keeps them
+    results_retain_days: sections.NonNegFloat = 7.0
+    #: `never` keeps downloads, extracted audio, chunks and frames after their pipeline ends
     intermediate_cleanup: Literal["on_pipeline_complete", "never"] = "on_pipeline_complete"
+    #: copies of peers' files (`cache/peers/`) beyond this are removed, least recently used
+    peer_cache_max_gb: sections.NonNegFloat = 10.0
+    #: seconds between two full clean-up sweeps (changes start lighter sweeps sooner)
+    cleanup_interval_sec: sections.PositiveFloat = 600.0
 
 
 class StoreConfig(sections.Section):

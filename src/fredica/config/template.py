@@ -54,7 +54,7 @@ plugins: []
 # backend that cannot run here (missing tool, missing api_key) is not declared.
 capabilities:
   download:
-    disk_min_free_gb: 20.0  # free disk required before any download starts
+    disk_min_free_gb: 20.0  # GiB kept free: below, download and ffmpeg work is left to others
     max_concurrent: 2
     bilibili:
       enabled: true
@@ -254,8 +254,12 @@ scheduling:
 # -- Storage -------------------------------------------------------------------------------------
 storage:
   data_dir: ".data"
-  results_retain_days: 7   # results not yet acknowledged by their originator are kept this long
-  intermediate_cleanup: "on_pipeline_complete"  # on_pipeline_complete | never
+  # results and task logs are kept this many days (0: forever), and always while unacknowledged
+  results_retain_days: 7
+  # when downloads, extracted audio, chunks and frames go: on_pipeline_complete | never
+  intermediate_cleanup: "on_pipeline_complete"
+  peer_cache_max_gb: 10    # copies of other nodes' files (cache/peers/); least recently used go
+  cleanup_interval_sec: 600  # seconds between full clean-up sweeps
 
 # -- Task store ----------------------------------------------------------------------------------
 # Empty: the embedded SQLite file in the data dir (one machine, or a home cluster).

@@ -13,8 +13,8 @@ from typing import Any
 
 #: What a node reports about itself (`/cluster/info`, heartbeats) that its peers keep in their
 #: node registry (`NodeRecord.info`): its load (slots, task types, its score per task type for
-#: the claim gate, its outbox) and its machine (cores, load average, memory, free disk) for the
-#: nodes page.
+#: the claim gate, its outbox) and its machine (cores, load average, memory, free disk and what
+#: it holds back for lack of it) for the nodes page.
 REPORTED_INFO = (
     "running",
     "free_slots",
@@ -27,6 +27,8 @@ REPORTED_INFO = (
     "mem_available",
     "disk_free",
     "disk_total",
+    "disk_min_free",  # bytes it keeps free (seed 001 §7.7)
+    "disk_held",  # the disk-heavy task types it leaves to others for lack of room
 )
 
 

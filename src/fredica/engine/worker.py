@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from fredica.cluster.gate import NO_GATE, ClaimGate, Gate
 from fredica.domain import errors, models
@@ -49,6 +49,22 @@ logger = logging.getLogger(__name__)
 
 EARLY_CANCEL_TTL = 60.0  # seconds a cancel for a task not (yet) here is remembered
 EARLY_CANCELS_KEPT = 1000  # entries before the expired ones are dropped
+
+
+class DiskCheck(Protocol):
+    """Room on this node's disk for disk-heavy work (seed 001 §7.7; `node.disk.DiskGate`)."""
+
+    def held_types(self, types: frozenset[str]) -> frozenset[str]:
+        """The types among `types` not to claim now for lack of disk space."""
+        ...
+
+    def applies(self, task_type: str) -> bool:
+        """Whether tasks of this type need room (cheap: asked for every task)."""
+        ...
+
+    def shortfall(self, task: models.Task) -> str | None:
+        """None if the claimed task's estimated output fits, else why not (blocking)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +174,8 @@ class WorkerEngine:
         self.peer_files: FileFetcher | None = None
         #: `fredica node drain`: finish the running work, claim nothing new
         self.draining = False
+        #: the disk gate (set by the node): disk-heavy types wait while space is short
+        self.disk: DiskCheck | None = None
 
     @property
     def node_id(self) -> str:
@@ -473,14 +491,18 @@ class WorkerEngine:
 
     def claimable_types(self) -> frozenset[str]:
         """Task types with an executor here whose capability this node declares and whose
-        backends are not all at max_concurrent (nothing while the node is quarantined or
-        draining)."""
+        backends are not all at max_concurrent, less the disk-heavy types while the data dir
+        is short of space (nothing while the node is quarantined or draining)."""
         if self.quarantine.active or self.draining:
             return frozenset()
         if self.selector is None:
-            return self.registry.task_types
-        busy = self.selector.saturated_functions(self._active_by_backend)
-        return self.selector.claimable_types(self.registry.task_types, busy)
+            types = self.registry.task_types
+        else:
+            busy = self.selector.saturated_functions(self._active_by_backend)
+            types = self.selector.claimable_types(self.registry.task_types, busy)
+        if self.disk is not None:
+            types -= self.disk.held_types(types)
+        return types
 
     def _claim_filter(
         self,
@@ -636,6 +658,12 @@ class WorkerEngine:
             existing = await executor.can_skip(task, ctx)
             if existing is not None:
                 await self._complete(running, existing, "outputs already exist; skipped run")
+                return
+            disk = self.disk if self.disk is not None and self.disk.applies(task.type) else None
+            short = await asyncio.to_thread(disk.shortfall, task) if disk is not None else None
+            if short is not None:  # no room for its output: back to pending, not a retry
+                await self.store.release(task.id, task.attempt, short, self.node_id)
+                self._changed(task.pipeline_id)
                 return
             outcome = await executor.execute(task, ctx)
             if running.control.cancelled:
@@ -949,6 +977,10 @@ class WorkerEngine:
 
     def running_ids(self) -> list[str]:
         return list(self._running)
+
+    def held_tasks(self) -> list[models.Task]:
+        """The tasks running here or claimed ahead (their files must not be cleaned up)."""
+        return [r.task for r in self._running.values()] + [q.task for q in self._queued.values()]
 
 
 class Quarantine:

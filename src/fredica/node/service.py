@@ -37,7 +37,7 @@ from fredica.engine.registry import Registry
 from fredica.engine.wakeups import CoalescedCall
 from fredica.engine.worker import EngineSettings, WorkerEngine
 from fredica.executors import network_test, tasklog
-from fredica.node import cluster, quality, recovery, servable, task_files
+from fredica.node import cleanup, cluster, disk, quality, recovery, servable, sweeper, task_files
 from fredica.node.lock import DataDirLock
 from fredica.node.peers import PeerDesk
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
@@ -206,6 +206,27 @@ class Node:
         self.peer_files = files.PeerFiles(
             settings.data_dir, self.cluster_secret, RegistryPeers(store), hashes=hashes
         )
+        #: seed 001 §7.7: disk-heavy work waits for room, and the data dir is cleaned up
+        self.disk = disk.DiskGate(
+            settings.data_dir,
+            settings.node_id,
+            int(cfg.capabilities.download.disk_min_free_gb * disk.GIB),
+            disk.disk_task_types(registry.task_types, self._plugin_functions()),
+        )
+        self.engine.disk = self.disk
+        self.sweeper = sweeper.Sweeper(
+            settings.data_dir,
+            sweeper.StoreFacts(store, settings.node_id, settings.data_dir, self.engine.held_tasks),
+            cleanup.Policy(
+                keep_intermediate=cfg.storage.intermediate_cleanup == "never",
+                retain_sec=cfg.storage.results_retain_days * cleanup.DAY,
+                peer_cache_max_bytes=int(cfg.storage.peer_cache_max_gb * disk.GIB),
+            ),
+            self.clock,
+            cfg.storage.cleanup_interval_sec,
+            on_freed=self.disk.forget_usage,
+        )
+        self._sweeping: asyncio.Task[None] | None = None
 
     @property
     def node_id(self) -> str:
@@ -257,6 +278,7 @@ class Node:
         await self.register_self()
         self.started_at = now
         self._presence = asyncio.create_task(self._presence_loop(), name="fredica-presence")
+        self._sweeping = asyncio.create_task(self.sweeper.run(self.changes), name="fredica-sweep")
         if self.membership is not None:
             self.membership.start()
         if self.discovery is not None:
@@ -301,6 +323,7 @@ class Node:
                     # what the peers' score gate reads (seed 001 §6.3)
                     "free_slots": self.free_slots,
                     "scores": self.type_scores(),
+                    **self.disk_info(),
                 },
             )
         )
@@ -451,6 +474,15 @@ class Node:
             "task_types": sorted(self.engine.claimable_types()),
             "capabilities": self._capability_rows(),
             "scores": self.type_scores(),
+            **self.disk_info(),
+        }
+
+    def disk_info(self) -> dict[str, Any]:
+        """What peers and the UI learn of this node's disk beyond its free space: the minimum
+        it keeps free and the disk-heavy types it leaves to others for lack of room."""
+        return {
+            "disk_min_free": self.disk.min_free,
+            "disk_held": sorted(self.disk.held(self.disk.disk_types)),
         }
 
     @property
@@ -509,10 +541,11 @@ class Node:
     async def stop(self, grace: float | None = None) -> None:
         """Graceful stop: finish or release running work, then record a CLEAN shutdown."""
         self.changes.close()
-        if self._presence is not None:
-            self._presence.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._presence
+        for side in (self._presence, self._sweeping):
+            if side is not None:
+                side.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await side
         if self.discovery is not None:
             await self.discovery.stop()  # unregister (mDNS goodbye) while the network is up
         await self.engine.stop(grace)
@@ -870,6 +903,8 @@ class Node:
             "health": self.health(),
             # results computed here for other owners, not yet acknowledged (seed 001 §7.4)
             "outbox": len(await self._store.outbox_list()) if self.router is not None else 0,
+            # free space, the work held back for lack of it, and the clean-up (seed 001 §7.7)
+            "disk": {**await asyncio.to_thread(self.disk.state), "cleanup": self.sweeper.state()},
         }
 
     async def cluster_view(self) -> dict[str, Any]:
@@ -883,7 +918,7 @@ class Node:
             running=self.engine.running_count,
             max_workers=self.settings.engine_settings().max_workers,
             task_types=sorted(self.engine.claimable_types()),
-            info={**local, **detected},
+            info={**local, **detected, **self.disk_info()},
         )
         return cluster.view(rows, self.node_id, live)
 

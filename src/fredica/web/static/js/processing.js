@@ -724,6 +724,10 @@ function nodeCard(node, onChanged, outbox) {
       t("cluster.disk", { free: formatBytes(info.disk_free), total: formatBytes(info.disk_total) }),
     );
   }
+  if (info.disk_held && info.disk_held.length) {
+    const min = formatBytes(info.disk_min_free || 0);
+    stats.push(t("cluster.disk_held", { min, types: info.disk_held.join(", ") }));
+  }
   if (!node.is_self && node.last_seen_at)
     stats.push(t("cluster.last_seen", { ago: formatAgo(node.last_seen_at) }));
   if (outbox !== null && outbox !== undefined) stats.push(t("cluster.outbox", { n: outbox }));
