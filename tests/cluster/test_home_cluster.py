@@ -5,6 +5,7 @@ survive a node killed with SIGKILL."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -375,3 +376,30 @@ def test_a_user_on_any_node_acts_on_any_nodes_work(cluster: Cluster, tmp_path: P
     # and an action on work nobody has answers 404
     with httpx.Client(base_url=c.url, timeout=10, trust_env=False) as client:
         assert client.post("/api/v1/tasks/no-such-task/cancel").status_code == 404
+
+
+def test_a_copied_data_dir_is_refused_by_the_cluster(tmp_path: Path) -> None:
+    # Given a node, and a second node started on a copy of its data dir (the same node id)
+    with make_cluster(tmp_path, "ab") as cluster:
+        a, b = cluster.nodes["a"], cluster.nodes["b"]
+        cluster.start("a")
+        a.terminate()
+        shutil.rmtree(b.data_dir, ignore_errors=True)
+        shutil.copytree(a.data_dir, b.data_dir)
+        # its worker.yaml too (where the node id is kept), seeded with a's address
+        b.config.write_text(
+            a.config.read_text().replace("seeds: []", f'seeds: ["127.0.0.1:{a.port}"]', 1)
+        )
+        cluster.start("a")
+        cluster.start("b")
+        assert cluster.ids["a"] == cluster.ids["b"]
+
+        # Then each says so, naming the other's address and what to do, and neither takes the
+        # other for a peer
+        def conflicts(node: ServedNode) -> list[str]:
+            return list(get(node, "/api/v1/status")["id_conflicts"])
+
+        wait_until(lambda: conflicts(a) and conflicts(b), 20, "both to see the copy")
+        assert b.url in conflicts(a)[0] and "copy" in conflicts(a)[0]
+        assert a.url in conflicts(b)[0]
+        assert [n["id"] for n in get(a, "/api/v1/nodes")["nodes"]] == [cluster.ids["a"]]

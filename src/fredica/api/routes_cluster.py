@@ -39,7 +39,7 @@ async def introduce(body: JsonBody, node: deps.NodeDep) -> JSON:
     address = body.get("address")
     if not isinstance(address, str) or not address.startswith(("http://", "https://")):
         raise errors.InvalidRequest("address must be the peer's http(s):// URL")
-    node.peers.introduce(address)
+    node.peers.introduce(address, body.get("node_id"), body.get("instance"))
     return await node.peers.peers()
 
 

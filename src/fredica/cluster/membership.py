@@ -69,11 +69,16 @@ class Membership:
         record: Callable[[NodeRecord], Awaitable[None]],
         timeout: float = 5.0,
         on_contact: Callable[[RemoteOwner, bool], Awaitable[None]] | None = None,
+        instance: str = "",
     ) -> None:
         """`on_contact(owner, first)` runs after every answer of a peer (`first`: the first
         since this node started); the peer is offered for claims only once the first one
         returned without error."""
         self._on_contact = on_contact
+        #: this process (a node id seen with another instance is a copied data dir)
+        self.instance = instance
+        #: address -> what is wrong: nodes answering with this node's id
+        self.conflicts: dict[str, str] = {}
         self.self_id = self_id
         self.self_address = self_address.rstrip("/")
         self._secret = secret
@@ -153,9 +158,23 @@ class Membership:
         probe = peer.owner or RemoteOwner("?", peer.address, self._secret, self._client)
         try:
             info = await probe.info()
-            known = await probe.call(
-                "POST", "/cluster/peers", {"node_id": self.self_id, "address": self.self_address}
-            )
+            copy = info.get("node_id") == self.self_id and info.get("instance") != self.instance
+            try:
+                known = await probe.call(
+                    "POST",
+                    "/cluster/peers",
+                    {
+                        "node_id": self.self_id,
+                        "address": self.self_address,
+                        "instance": self.instance,
+                    },
+                )
+            except errors.Conflict:
+                if not copy:
+                    raise
+            if copy:  # it heard of us too (and refused us): neither takes the other for a peer
+                self._conflict(peer.address)
+                return
         except errors.StoreError as exc:
             self._failed(peer, exc)
             if peer.failures == OFFLINE_AFTER_FAILURES:
@@ -211,6 +230,24 @@ class Membership:
             logger.warning("peer %s: %s", owner.node_id, exc, extra={"action": "membership"})
         else:
             peer.joined = True
+
+    def _conflict(self, address: str) -> None:
+        """Another process answers with this node's id: its data dir is a copy of this one.
+        It is never taken for a peer (each would claim the other's rows as its own)."""
+        self._peers.pop(address, None)
+        self._aliases.add(address)
+        if address not in self.conflicts:
+            message = (
+                f"the node at {address} has this node's id {self.self_id}: its data dir is a "
+                "copy of this one. Give it a fresh data dir (or remove node.id from its "
+                "worker.yaml) and restart it"
+            )
+            self.conflicts[address] = message
+            logger.error("%s", message, extra={"action": "node_id_conflict"})
+
+    def refused_copy(self, address: str) -> None:
+        """A node with this node's id introduced itself (see `_conflict`)."""
+        self._conflict(address.rstrip("/"))
 
     def _failed(self, peer: Peer, exc: errors.FredicaError) -> None:
         peer.failures += 1

@@ -39,7 +39,9 @@ class PeerDesk:
         changed: Callable[[str], None],
         introduce: Callable[[str], None] | None = None,
         owner_changed: Callable[[str], None] | None = None,
+        copy: Callable[[str], None] | None = None,
     ) -> None:
+        self._copy = copy
         self._introduce = introduce
         #: answers to claims by (claimer, request id): a repeated request gets the same answer
         self._answers: OrderedDict[tuple[str, str], tuple[float, JSON]] = OrderedDict()
@@ -62,8 +64,18 @@ class PeerDesk:
             ]
         }
 
-    def introduce(self, address: str) -> None:
-        """A peer told us its address: membership will ask it who it is."""
+    def introduce(self, address: str, node_id: Any = None, instance: Any = None) -> None:
+        """A peer told us its address: membership will ask it who it is. A peer with this
+        node's id but another process is a copy of this node's data dir: refused (409)."""
+        me = self._info()
+        if node_id == me.get("node_id") and instance not in (None, me.get("instance")):
+            if self._copy is not None:
+                self._copy(address)
+            raise errors.Conflict(
+                f"node id {node_id} is this node's (at {me.get('address')}): your data dir is a "
+                "copy of its data dir; start with a fresh data dir (or remove node.id from "
+                "worker.yaml)"
+            )
         if self._introduce is not None:
             self._introduce(address)
 

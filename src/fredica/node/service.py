@@ -15,6 +15,7 @@ import json
 import logging
 import socket
 import time
+import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,6 +147,8 @@ class Node:
         self.changes = ChangeFeed()
         self._changed_call = CoalescedCall(lambda: self.changes.notify(""))
         cfg = settings.config or config.parse_config({}, "defaults")
+        #: this process: a node answering with this node's id and another instance is a copy
+        self.instance = uuid.uuid4().hex
         #: the home cluster (a secret and no shared database): peers claim each other's work
         self.membership: Membership | None = None
         self.router: OwnerRouter | None = None
@@ -159,6 +162,7 @@ class Node:
                 settings.engine_settings().heartbeat_interval,
                 store.upsert_node,
                 on_contact=self._peer_contact,
+                instance=self.instance,
             )
             work_store = self.router = OwnerRouter(store, self.membership, self.peer_info)
         #: zeroconf announce and browse (`cluster.mode: auto`); seeds only in `manual`
@@ -189,6 +193,7 @@ class Node:
             self.changes.notify,
             self.membership.add if self.membership is not None else None,
             self._owner_changed,
+            self.membership.refused_copy if self.membership is not None else None,
         )
         self.auth = auth.Authenticator(cfg.auth, self.clock, settings.config_path)
         self.previous_shutdown: ShutdownType = ShutdownType.FIRST_START
@@ -465,6 +470,7 @@ class Node:
         return {
             **cluster.local_stats(self.settings.data_dir),
             "node_id": self.node_id,
+            "instance": self.instance,
             "hostname": self.settings.hostname,
             "address": self.address,
             "status": self.state().value,
@@ -883,6 +889,8 @@ class Node:
             "address": self.address,
             # result paths are relative to it (files on this node: data dir / path)
             "data_dir": str(self.settings.data_dir.resolve()),
+            # nodes answering with this node's id (a copied data dir), with what to do
+            "id_conflicts": sorted(self.membership.conflicts.values()) if self.membership else [],
             "started_at": self.started_at,
             "max_workers": engine.max_workers,
             "running": self.engine.running_count,
