@@ -142,7 +142,7 @@ def test_api_keys_never_leave_their_node(tmp_path: Path) -> None:
     ):
         refusing.refuse_with_key = True  # 401 with the key in its message
         urls = {"llm": llm.url, "asr": asr.url, "refusing": refusing.url}
-        proxy = FaultProxy(0)
+        proxy = FaultProxy(0, record=True)
         with make_cluster(
             tmp_path, "ab", lambda port: _proxied(proxy, port), _configure(urls)
         ) as cluster:
