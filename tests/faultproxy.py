@@ -8,6 +8,8 @@ a target port, and can drop, delay or cut the traffic on demand (the network bet
 - `duplicate_requests(True)`: the first chunk of each client connection is sent to the target
   twice, on two connections (a request the server then sees twice); the client gets the
   answer of the first.
+- `record=True`: `traffic` keeps every byte forwarded, both ways (requests and answers), for
+  tests that read what crossed the wire.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Iterator
 
 
 class FaultProxy:
-    def __init__(self, target_port: int, host: str = "127.0.0.1") -> None:
+    def __init__(self, target_port: int, host: str = "127.0.0.1", record: bool = False) -> None:
         self.host = host
         self.target_port = target_port
         sock = socket.socket()
@@ -36,6 +38,8 @@ class FaultProxy:
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fault-proxy", daemon=True)
         self.connections = 0
+        self._record = record
+        self.traffic = bytearray()
 
     @property
     def address(self) -> str:
@@ -139,6 +143,8 @@ class FaultProxy:
                 if duplicate_first is not None and not duplicate_first.is_set():
                     duplicate_first.set()
                     await self._send_copy(chunk)
+                if self._record:
+                    self.traffic += chunk
                 writer.write(chunk)
                 await writer.drain()
         finally:

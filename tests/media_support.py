@@ -4,15 +4,18 @@ for one executor, and a local HTTP server (files with Range support, errors, slo
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import shutil
 import threading
 import time
+import wave
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fredica.capabilities import packaged_models
@@ -96,6 +99,21 @@ async def make_context(
     )
 
 
+def tones(path: Path, bursts: tuple[tuple[float, float], ...], seconds: float) -> Path:
+    """A 16 kHz mono WAV: silence with a 440 Hz tone in each burst."""
+    t = np.arange(int(seconds * 16_000)) / 16_000
+    signal = np.zeros_like(t)
+    for start, end in bursts:
+        inside = (t >= start) & (t < end)
+        signal[inside] = 0.5 * np.sin(2 * np.pi * 440 * t[inside])
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16_000)
+        w.writeframes((signal * 32767).astype("<i2").tobytes())
+    return path
+
+
 class QuietServer(ThreadingHTTPServer):
     """A client that gives up (a timeout test) is expected: no traceback on stderr."""
 
@@ -103,6 +121,72 @@ class QuietServer(ThreadingHTTPServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         return None
+
+
+class FakeOpenAI:
+    """A chat-completions endpoint that answers with a fixed analysis, recording prompts and
+    the `Authorization` header of each request. With `refuse_with_key` it answers 401 and
+    echoes the key it refused in the message, as some providers do."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+        self.authorizations: list[str | None] = []
+        self.refuse_with_key = False
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.authorizations.append(self.headers.get("Authorization"))
+                if outer.refuse_with_key:
+                    key = str(self.headers.get("Authorization")).removeprefix("Bearer ")
+                    message = f"Incorrect API key provided: {key}."
+                    self._send(401, {"error": {"message": message, "code": "invalid_api_key"}})
+                    return
+                outer.prompts.append(body["messages"][-1]["content"])
+                content = json.dumps(
+                    {
+                        "summary": "A fox and a cluster.",
+                        "tags": ["fox"],
+                        "chapters": [{"start_sec": 0, "title": "All"}],
+                    }
+                )
+                self._send(
+                    200,
+                    {
+                        "choices": [{"message": {"role": "assistant", "content": content}}],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+                    },
+                )
+
+            def _send(self, status: int, body: dict[str, Any]) -> None:
+                raw = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.httpd = QuietServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+
+@contextlib.contextmanager
+def serve_fake_openai() -> Iterator[FakeOpenAI]:
+    """A running `FakeOpenAI` (its base URL, without /v1, in `.url`)."""
+    fake = FakeOpenAI()
+    thread = threading.Thread(target=fake.httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        fake.httpd.shutdown()
+        fake.httpd.server_close()
 
 
 class FileServer:

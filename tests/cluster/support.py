@@ -91,11 +91,15 @@ def post(node: ServedNode, path: str, body: dict[str, Any]) -> Any:
 
 @contextlib.contextmanager
 def make_cluster(
-    tmp_path: Path, names: str = "abc", seed_of_a: Callable[[int], str] | None = None
+    tmp_path: Path,
+    names: str = "abc",
+    seed_of_a: Callable[[int], str] | None = None,
+    configure: Callable[[str, str], str] | None = None,
 ) -> Iterator[Cluster]:
     """a: owner, cannot run TEST_EFFECT_AI; the others can. They know only a (seeds: a's
     address, or `seed_of_a(a's port)`, e.g. a fault proxy in front of it) and learn each other
-    through peer exchange. Every node still running at the end is killed."""
+    through peer exchange. `configure(name, yaml)` may change a node's worker.yaml. Every node
+    still running at the end is killed."""
     ports = {name: free_port() for name in names}
     nodes = {}
     for name in names:
@@ -105,9 +109,8 @@ def make_cluster(
             seed = seed_of_a(ports["a"]) if seed_of_a else f"127.0.0.1:{ports['a']}"
             seeds = f'"{seed}"'
         config = tmp_path / f"{name}.yaml"
-        config.write_text(
-            CONFIG.format(secret=SECRET, seeds=seeds, analyze="false" if name == "a" else "true")
-        )
+        text = CONFIG.format(secret=SECRET, seeds=seeds, analyze="false" if name == "a" else "true")
+        config.write_text(configure(name, text) if configure else text)
         nodes[name] = ServedNode(
             tmp_path / f"data-{name}", config, ports[name], tmp_path / f"{name}.log"
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -127,6 +128,22 @@ class ServedNode:
         if check and result.returncode != 0:
             raise AssertionError(f"fredica {' '.join(args)} failed: {result.stdout}{result.stderr}")
         return result
+
+
+def create_token(served: ServedNode, *args: str) -> str:
+    """A token made by `fredica token create` on the node's worker.yaml (which keeps only its
+    hash); `args` are the command's options."""
+    out = subprocess.run(
+        [sys.executable, "-m", "fredica", "token", "create", "--config", str(served.config), *args],
+        capture_output=True,
+        text=True,
+        env=served.env() | {"COLUMNS": "200"},
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    match = re.search(r"Token\s+:\s+(fredica_tok_\S+)", out.stdout)
+    assert match, out.stdout
+    return match.group(1)
 
 
 @pytest.fixture

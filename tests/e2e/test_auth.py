@@ -3,29 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import re
 import subprocess
 import sys
 
 import httpx
 
-from .conftest import FAST_CONFIG, ServedNode
+from .conftest import FAST_CONFIG, ServedNode, create_token
 
 TASKS = {"template": "custom", "tasks": [{"ref": "a", "type": "TEST_SLEEP"}]}
-
-
-def create_token(served: ServedNode, *args: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "-m", "fredica", "token", "create", "--config", str(served.config), *args],
-        capture_output=True,
-        text=True,
-        env=served.env() | {"COLUMNS": "200"},
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    match = re.search(r"Token\s+:\s+(fredica_tok_\S+)", out.stdout)
-    assert match, out.stdout
-    return match.group(1)
 
 
 def test_token_mode(served: ServedNode) -> None:

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import io
 import itertools
-import json
 import os
 import re
 import shutil
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ from fredica.pipelines import media as media_pipelines
 from tests.e2e.conftest import ServedNode, run_pipeline, served_node
 from tests.media_support import (
     REFERENCE,
-    QuietServer,
+    FakeOpenAI,
     make_media,
     parse_srt,
     serve_files,
@@ -43,46 +41,6 @@ capabilities:
         api_key: test-key
         model: fake-llm
 """
-
-
-class FakeOpenAI:
-    """A chat-completions endpoint that answers with a fixed analysis, recording prompts."""
-
-    def __init__(self) -> None:
-        self.prompts: list[str] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.prompts.append(body["messages"][-1]["content"])
-                content = json.dumps(
-                    {
-                        "summary": "A fox and a cluster.",
-                        "tags": ["fox"],
-                        "chapters": [{"start_sec": 0, "title": "All"}],
-                    }
-                )
-                data = json.dumps(
-                    {
-                        "choices": [{"message": {"role": "assistant", "content": content}}],
-                        "usage": {"prompt_tokens": 10, "completion_tokens": 5},
-                    }
-                )
-                raw = data.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def log_message(self, *args: Any) -> None:
-                return None
-
-        self.httpd = QuietServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import wave
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,26 +19,11 @@ from fredica.domain import errors
 from fredica.executors import transcribe
 from fredica.executors.context import TaskContext
 from tests.asr_server import TranscriptionServer, serve_transcriptions
-from tests.media_support import make_context
+from tests.media_support import make_context, tones
 
 KEY = "test-key"
 # (start, end) of each tone burst in the generated chunk, seconds; the chunk lasts 4.0 s
 BURSTS = ((0.5, 1.5), (2.2, 3.7))
-
-
-def tones(path: Path, bursts: tuple[tuple[float, float], ...], seconds: float) -> Path:
-    """A 16 kHz mono WAV: silence with a 440 Hz tone in each burst."""
-    t = np.arange(int(seconds * 16_000)) / 16_000
-    signal = np.zeros_like(t)
-    for start, end in bursts:
-        inside = (t >= start) & (t < end)
-        signal[inside] = 0.5 * np.sin(2 * np.pi * 440 * t[inside])
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16_000)
-        w.writeframes((signal * 32767).astype("<i2").tobytes())
-    return path
 
 
 @pytest.fixture

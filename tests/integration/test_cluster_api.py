@@ -63,10 +63,24 @@ async def test_a_malformed_peer_request_is_refused_with_the_reason(api) -> None:
     client, _ = api
     cases = [
         ("/cluster/tasks/claim", {"filter": CLAIM}, "node_id"),
-        ("/cluster/tasks/claim", {"node_id": "node-b", "filter": {"limit": "x"}}, "claim filter"),
-        ("/cluster/tasks/report", {"op": "explode", "node_id": "node-b"}, "unknown report op"),
+        ("/cluster/tasks/claim", {"node_id": "node-b", "filter": {"limit": "x"}}, "filter.limit"),
+        ("/cluster/tasks/claim", {"node_id": "node-b", "filter": {"limit": 5000}}, "filter.limit"),
+        ("/cluster/tasks/report", {"op": "explode", "node_id": "node-b"}, "'explode' found"),
         ("/cluster/tasks/report", {"op": "start", "node_id": "node-b"}, "task_id"),
         ("/cluster/heartbeat", {"node_id": "node-b", "tasks": [["t"]]}, "tasks"),
+        ("/cluster/heartbeat", {"node_id": "b", "node": {"max_workers": "x"}}, "node.max_workers"),
+        ("/cluster/tasks/signal", {"task_id": "t", "action": "explode"}, "action"),
+        ("/cluster/peers", {"node_id": "node-b", "address": "ftp://x"}, "address"),
+        (
+            "/cluster/tasks/report",
+            {"op": "start", "node_id": "b", "task_id": "t", "attempt": 2**70},
+            "attempt",
+        ),
+        (
+            "/cluster/tasks/report",
+            {"op": "fail", "node_id": "b", "failure": {"task_id": "t", "attempt": 1}},
+            "failure.error",
+        ),
     ]
     for path, body, reason in cases:
         r = await client.post(path, json=body, headers=PEER)

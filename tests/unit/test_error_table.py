@@ -128,3 +128,68 @@ async def test_an_app_answers_through_the_table_and_a_client_raises_again() -> N
             assert (response.status_code, data["code"]) == (row.status, row.code)
             with pytest.raises(row.error, match=f"raised {row.code}"):
                 table.raise_for(response.status_code, data["code"], data["error"])
+
+
+async def test_starlettes_own_errors_answer_in_the_same_shape() -> None:
+    app = FastAPI()
+    table.install(app)
+
+    @app.post("/echo")
+    async def echo(body: dict[str, int]) -> dict[str, int]:
+        return body
+
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://node") as client:
+        answers = [
+            await client.get("/nowhere"),
+            await client.get("/echo"),
+            await client.post(
+                "/echo", content=b"\xff\xfe", headers={"Content-Type": "application/json"}
+            ),
+        ]
+    assert [(r.status_code, body(r)["code"]) for r in answers] == [
+        (404, "not_found"),
+        (405, "method_not_allowed"),
+        (400, table.MALFORMED),
+    ]
+    assert all(set(body(r)) == {"error", "detail", "code"} for r in answers)
+    assert answers[1].headers["Allow"] == "POST"
+
+
+def test_the_schema_declares_each_status_with_its_codes_where_it_applies() -> None:
+    app = FastAPI()
+
+    @app.get("/api/thing/{thing_id}")
+    async def thing(thing_id: str) -> dict[str, str]:
+        return {"id": thing_id}
+
+    @app.get("/api/health", responses={503: {"description": "not healthy, with the state"}})
+    async def health() -> dict[str, str]:
+        return {}
+
+    @app.get("/open")
+    async def open_route() -> dict[str, str]:
+        return {}
+
+    table.install_openapi(app, lambda path, status: path.startswith("/api/") and status != 401)
+    doc = app.openapi()
+    assert app.openapi() is doc  # built once
+    answers = doc["paths"]["/api/thing/{thing_id}"]["get"]["responses"]
+    expected = {"200", "400", "403", "404", "409", "413", "422", "500", "503", "507"}
+    assert set(answers) == expected
+    codes = {
+        status: answer["content"]["application/json"]["schema"]["allOf"][1]["properties"]["code"]
+        for status, answer in answers.items()
+        if status != "200"
+    }
+    assert codes["409"]["enum"] == ["illegal_transition", "stale_attempt", "conflict"]
+    assert codes["422"]["enum"] == [table.INVALID]  # not FastAPI's list of pydantic errors
+    assert codes["503"]["enum"] == ["store_busy", "store_unavailable", "backend_busy"]
+    assert codes["500"]["enum"] == ["config_invalid", "internal"]
+    assert "Retry-After" in answers["503"]["headers"]
+    # a status a route declares itself is its own; paths the app leaves out get nothing
+    unhealthy = doc["paths"]["/api/health"]["get"]["responses"]["503"]
+    assert unhealthy["description"] == "not healthy, with the state"
+    assert set(doc["paths"]["/open"]["get"]["responses"]) == {"200"}
+    assert "HTTPValidationError" not in doc["components"]["schemas"]
+    assert doc["components"]["schemas"]["ErrorAnswer"]["required"] == ["error", "detail", "code"]

@@ -19,7 +19,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 from fastapi import APIRouter, FastAPI, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fredica import __version__, auth
@@ -45,6 +45,8 @@ CLUSTER_PREFIXES = ("/cluster/", "/files/serve")
 QUERY_TOKEN_PATHS = ("/api/v1/events", "/files/results/")
 #: requests whose bodies are limited to `api.max_body_bytes`
 LIMITED_PREFIXES = ("/api/", "/cluster/")
+#: the API's paths, whose error answers the OpenAPI schema declares (not /healthz, /metrics, UI)
+API_PREFIXES = ("/api/", "/cluster/", "/files/")
 API_ROUTERS = (
     routes_node.router,
     routes_pipelines.router,
@@ -63,6 +65,7 @@ def create_app(
     app = FastAPI(title="fredica", version=__version__, lifespan=_lifespan(node, manage_lifecycle))
     app.state.node = node
     errors.install(app)
+    errors.install_openapi(app, declared_error)
     app.middleware("http")(require_token)
     app.add_middleware(BodyLimit, limit=node.settings.max_body_bytes)
     install_log_redaction()
@@ -85,6 +88,20 @@ def _lifespan(
                 await node.stop()
 
     return lifespan
+
+
+def declared_error(path: str, status: int) -> bool:
+    """Whether the operation at `path` may answer the error `status`: 401 only behind a token or
+    the cluster secret, 403 only behind a token, 413 only where bodies are limited."""
+    if not path.startswith(API_PREFIXES):
+        return False
+    if status == 401:
+        return path.startswith(GUARDED_PREFIXES + CLUSTER_PREFIXES)
+    if status == 403:
+        return path.startswith(GUARDED_PREFIXES)
+    if status == 413:
+        return path.startswith(LIMITED_PREFIXES)
+    return True
 
 
 async def require_token(
@@ -167,9 +184,7 @@ class BodyLimit:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = f"request body larger than {self.limit} bytes (api.max_body_bytes)"
-        response = JSONResponse(
-            status_code=413, content={"error": message, "detail": message, "code": "too_large"}
-        )
+        response = errors.respond(413, errors.TOO_LARGE, message)
         await response(scope, receive, send)
 
 

@@ -1,24 +1,24 @@
 """The cluster endpoints (DESIGN §6), for peers only: every path here is guarded by the
 `X-Cluster-Secret` header (see `api.app.require_token`), never by a publisher token.
 
-Bodies are JSON objects; the values inside are the store contract's (`cluster.protocol`). Each
-route calls one use case of the node's `PeerDesk` (`node.peers`), and errors answer through the
-one error table, so the peer's client raises the same exception class again.
+Bodies are JSON objects; the values inside are the store contract's (`cluster.protocol`),
+declared and checked by the models of `api.cluster_bodies` (a malformed body is a 422 naming the
+field). Each route calls one use case of the node's `PeerDesk` (`node.peers`) with the object
+the peer sent, and errors answer through the one error table, so the peer's client raises the
+same exception class again.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Body, Query
 
+from fredica.api import cluster_bodies as bodies
 from fredica.api import deps
-from fredica.domain import errors
 from fredica.domain.models import JSON
 
 router = APIRouter(prefix="/cluster", tags=["cluster"])
-
-JsonBody = Annotated[dict[str, Any], Body()]
 
 
 @router.get("/info")
@@ -34,55 +34,38 @@ async def peers(node: deps.NodeDep) -> JSON:
 
 
 @router.post("/peers")
-async def introduce(body: JsonBody, node: deps.NodeDep) -> JSON:
+async def introduce(body: bodies.Introduce, node: deps.NodeDep) -> JSON:
     """A peer introduces itself (`node_id`, `address`) and asks whom this node knows."""
-    address = body.get("address")
-    if not isinstance(address, str) or not address.startswith(("http://", "https://")):
-        raise errors.InvalidRequest("address must be the peer's http(s):// URL")
-    node.peers.introduce(address, body.get("node_id"), body.get("instance"))
+    node.peers.introduce(body.address, body.node_id, body.instance)
     return await node.peers.peers()
 
 
 @router.post("/heartbeat")
-async def heartbeat(body: JsonBody, node: deps.NodeDep) -> JSON:
+async def heartbeat(body: bodies.Heartbeat, node: deps.NodeDep) -> JSON:
     """A claimer's heartbeat for the tasks of this owner it runs, with its load; answered with
     `task_status_feedback` (a task it lost, or must cancel)."""
-    node_id = body.get("node_id")
-    if not isinstance(node_id, str) or not node_id:
-        raise errors.InvalidRequest("node_id must be the sending node's id")
-    return await node.peers.heartbeat(node_id, body.get("tasks", []), body.get("node"))
+    sent = body.as_json()
+    return await node.peers.heartbeat(body.node_id, sent.get("tasks", []), sent.get("node"))
 
 
 @router.post("/tasks/claim")
-async def claim(body: JsonBody, node: deps.NodeDep) -> JSON:
+async def claim(body: bodies.Claim, node: deps.NodeDep) -> JSON:
     """Claim ready tasks of this owner for the node `node_id` (compare-and-set here)."""
-    node_id = body.get("node_id")
-    if not isinstance(node_id, str) or not node_id:
-        raise errors.InvalidRequest("node_id must be the claiming node's id")
-    flt = body.get("filter")
-    if not isinstance(flt, dict):
-        raise errors.InvalidRequest("filter must be an object")
-    request_id = body.get("request_id")
-    return await node.peers.claim(
-        node_id, flt, request_id if isinstance(request_id, str) and request_id else None
-    )
+    return await node.peers.claim(body.node_id, body.filter.as_json(), body.request_id or None)
 
 
 @router.post("/tasks/report")
-async def report(body: JsonBody, node: deps.NodeDep) -> JSON:
+async def report(body: Annotated[bodies.Report, Body()], node: deps.NodeDep) -> JSON:
     """A claimer's report on a task of this owner: start, progress, event, paused, complete,
-    fail or release, fenced by `(task_id, attempt)` and the claimer."""
-    return await node.peers.report(body)
+    fail or release (`op`), fenced by `(task_id, attempt)` and the claimer."""
+    return await node.peers.report(body.as_json())
 
 
 @router.post("/tasks/verify")
-async def verify(body: JsonBody, node: deps.NodeDep) -> JSON:
+async def verify(body: bodies.NodeOnly, node: deps.NodeDep) -> JSON:
     """A claimer restarted: settle what it held here (none of it resumes; it is requeued or
     failed by the retry rules), before it claims again."""
-    node_id = body.get("node_id")
-    if not isinstance(node_id, str) or not node_id:
-        raise errors.InvalidRequest("node_id must be the restarted node's id")
-    return await node.peers.verify(node_id)
+    return await node.peers.verify(body.node_id)
 
 
 @router.get("/tasks/get")
@@ -96,10 +79,10 @@ async def get_task(
 
 
 @router.post("/control")
-async def control(body: JsonBody, node: deps.NodeDep) -> JSON:
+async def control(body: bodies.Control, node: deps.NodeDep) -> JSON:
     """A user's action on a task (`task_id`: cancel, pause, resume, retry, skip) or a pipeline
     (`pipeline_id`: cancel, retry, delete) of this owner, forwarded by the node the user asked."""
-    return await node.control_for_peer(body)
+    return await node.control_for_peer(body.as_json())
 
 
 @router.get("/tasks/diff")
@@ -121,15 +104,14 @@ async def digest(node: deps.NodeDep, owner: Annotated[str, Query(min_length=1)])
 
 
 @router.post("/tasks/signal")
-async def signal(body: JsonBody, node: deps.NodeDep) -> JSON:
+async def signal(body: bodies.Signal, node: deps.NodeDep) -> JSON:
     """The owner forwards a cancel, pause or resume of a task running on this node."""
-    return await node.peers.signal(body)
+    return await node.peers.signal(body.as_json())
 
 
 @router.post("/wake")
-async def wake(node: deps.NodeDep, body: Annotated[dict[str, Any] | None, Body()] = None) -> JSON:
+async def wake(node: deps.NodeDep, body: Annotated[bodies.Wake | None, Body()] = None) -> JSON:
     """A peer (`node_id`) changed its rows: claim now if work became ready, and read its
     changes."""
-    sender = (body or {}).get("node_id")
-    node.peers.wake(sender if isinstance(sender, str) else None)
+    node.peers.wake(body.node_id if body else None)
     return {"ok": True}

@@ -12,6 +12,8 @@ from fredica.domain import errors
 
 MALFORMED = "malformed_request"
 INVALID = "invalid_request"
+TOO_LARGE = "too_large"  # a request body over `api.max_body_bytes` (413)
+INTERNAL = "internal"  # a FredicaError no row answers (500)
 STORE_BUSY_RETRY_SEC = 1  # seconds; the store already retried for its busy timeout
 BACKEND_BUSY_RETRY_SEC = 5  # seconds; a backend slot frees when one of its tasks ends
 
@@ -40,6 +42,21 @@ TABLE: tuple[Row, ...] = (
     Row(errors.Forbidden, 403, "forbidden"),
     Row(errors.ConfigError, 500, "config_invalid"),
 )
+
+
+#: answers that no exception class of the table gives: malformed JSON or a path a peer may not
+#: read (400), a body over the limit (413), a FredicaError without a row (500)
+EXTRA_CODES: tuple[tuple[int, str], ...] = ((400, MALFORMED), (413, TOO_LARGE), (500, INTERNAL))
+
+
+def codes_by_status() -> dict[int, list[str]]:
+    """Every status the error answers use, with the codes each may carry (table order)."""
+    by_status: dict[int, list[str]] = {}
+    for status, code in (*((row.status, row.code) for row in TABLE), *EXTRA_CODES):
+        codes = by_status.setdefault(status, [])
+        if code not in codes:
+            codes.append(code)
+    return dict(sorted(by_status.items()))
 
 
 def row_for(exc: errors.FredicaError) -> Row | None:

@@ -57,23 +57,60 @@ def retry_after_seconds(value: str | None) -> float:
     return max(1.0, when.timestamp() - time.time())
 
 
+#: request headers and query parameters that carry a credential
+CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
+CREDENTIAL_PARAMS = ("key", "api_key", "apikey", "access_token", "token")
+REDACTED = "[redacted]"
+
+
+def credentials_of(request: httpx.Request) -> list[str]:
+    """The secrets `request` carried (header values, and the token after an auth scheme such
+    as `Bearer`, `DeepL-Auth-Key`; credential query parameters), longest first."""
+    found: set[str] = set()
+    for name in CREDENTIAL_HEADERS:
+        value = request.headers.get(name, "").strip()
+        if value:
+            found.add(value)
+            found.add(value.rpartition(" ")[2])
+    for name, value in request.url.params.multi_items():
+        if name.lower() in CREDENTIAL_PARAMS and value:
+            found.add(value)
+    return sorted((s for s in found if len(s) >= 4), key=len, reverse=True)
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return text
+
+
 def error_text(response: httpx.Response) -> str:
-    """The provider's own error message from a JSON or text body (shortened)."""
+    """The provider's own error message from a JSON or text body (shortened), without the
+    credentials the request carried: some providers echo the key they refused, and the message
+    is stored, logged, shown and replicated."""
+    try:
+        secrets = credentials_of(response.request)
+    except RuntimeError:  # a response built without a request carries no credential
+        secrets = []
+    return redact(_provider_message(response), secrets)[:300]
+
+
+def _provider_message(response: httpx.Response) -> str:
     try:
         body: Any = response.json()
     except httpx.ResponseNotRead:
         return ""
     except ValueError:
-        return response.text.strip()[:300]
+        return response.text.strip()[:1000]
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:300]
+            return str(err["message"])[:1000]
         if isinstance(err, str):
-            return err[:300]
+            return err[:1000]
         if body.get("message"):
-            return str(body["message"])[:300]
-    return str(body)[:300]
+            return str(body["message"])[:1000]
+    return str(body)[:1000]
 
 
 def for_status(response: httpx.Response, what: str, provider: str = "") -> errors.TaskError:
