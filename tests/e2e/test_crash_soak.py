@@ -5,19 +5,17 @@ after the next attempt started), and the database stays intact."""
 
 from __future__ import annotations
 
-import json
 import random
 import sqlite3
 import time
-from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from fredica.cli.demo import free_port
 
 from .conftest import FAST_CONFIG, ServedNode
+from .test_crash_batch import effects
 
 pytestmark = pytest.mark.slow
 
@@ -30,15 +28,6 @@ def completed(db: Path) -> int:
         return int(
             conn.execute("SELECT COUNT(*) FROM task WHERE status = 'completed'").fetchone()[0]
         )
-
-
-def effects(log: Path) -> dict[str, list[dict[str, Any]]]:
-    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for line in log.read_text().splitlines():
-        if line.strip():
-            entry = json.loads(line)
-            by_task[entry["task"]].append(entry)
-    return by_task
 
 
 def test_kill_9_every_few_seconds_loses_nothing_and_never_overlaps_attempts(
