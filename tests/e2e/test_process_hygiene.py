@@ -60,6 +60,9 @@ def test_a_killed_nodes_processes_do_not_outlive_it(
     refs = create(served, [{"ref": "t", "type": "TEST_TREE", "payload": {"pidfile": str(pidfile)}}])
     child = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 20, "pid"))
     assert alive(child)
+    # the node has written the group down (it does so as soon as the program has started; a
+    # kill before that instant cannot be reaped by the next start, only by the death signal)
+    wait_until(lambda: list((served.data_dir / "run").glob("*.json")), 10, "the ledger record")
     if paused:
         with served.client() as client:
             assert client.post(f"/api/v1/tasks/{refs['t']}/pause").status_code == 200

@@ -159,6 +159,11 @@ class SQLStore(TaskStore):
     def _is_full(self, exc: BaseException) -> bool:
         """Did this driver error say the disk is full?"""
 
+    def _has_room(self) -> bool:
+        """After a full disk: is there room again? (A tiny write may still fit into pages the
+        database already has while the disk is full.)"""
+        return True
+
     def _before_commit(self, conn: Conn, tx: Tx) -> None:
         """Called with the transaction still open (e.g. to queue a notification)."""
 
@@ -228,7 +233,8 @@ class SQLStore(TaskStore):
             return result, tx
 
         result, tx = self._with_retries(once)
-        self.degraded = None  # a write went through: space is back
+        if self.degraded is not None and self._has_room():
+            self.degraded = None  # a write went through and there is space again
         self._after_commit(tx)
         return result
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -105,6 +106,17 @@ class SQLiteTaskStore(SQLStore):
 
     def _is_full(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.OperationalError) and "full" in str(exc).lower()
+
+    def _has_room(self) -> bool:
+        try:
+            return shutil.disk_usage(self.path.parent).free >= ROOM_AGAIN_BYTES
+        except OSError:
+            return True
+
+
+#: after a full disk, the store is healthy again once this much is free (a tiny write can
+#: succeed into pages the database already has while the disk is still full)
+ROOM_AGAIN_BYTES = 1 << 20
 
 
 def connect(path: Path | str) -> sqlite3.Connection:
