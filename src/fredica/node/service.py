@@ -62,6 +62,7 @@ KEY_LAST_SHUTDOWN = "last_shutdown_type"
 KEY_PREVIOUS_SHUTDOWN = "previous_shutdown_type"
 KEY_RECOVERY = "startup_recovery"
 REPLICA_BATCH = 500  # rows per replication pull
+STOP_STEP_SEC = 10.0  # seconds a step of stopping may take beyond the shutdown grace
 PUSH_INTERVAL = 0.25  # seconds: at most one change notice to the peers per interval
 KEY_DRAINING = "draining"  # "1" while drained: survives a restart until `undrain`
 NETWORK_FS_TYPES = frozenset({"nfs", "nfs4", "cifs", "smbfs", "smb3", "9p", "fuse.sshfs", "afpfs"})
@@ -107,9 +108,14 @@ class ChangeFeed:
         self.last_pipeline = pipeline_id
         self._event.set()
 
+    @property
+    def is_closed(self) -> bool:
+        return self.closed.is_set()
+
     async def wait(self, after: int, timeout: float) -> int:
-        """Wait until the version exceeds `after` (or timeout); returns the current version."""
-        while self.version <= after:
+        """Wait until the version exceeds `after` (or timeout, or the feed closes); returns the
+        current version."""
+        while self.version <= after and not self.closed.is_set():
             self._event.clear()
             try:
                 await asyncio.wait_for(self._event.wait(), timeout)
@@ -553,15 +559,30 @@ class Node:
                 with contextlib.suppress(asyncio.CancelledError):
                     await side
         if self.discovery is not None:
-            await self.discovery.stop()  # unregister (mDNS goodbye) while the network is up
-        await self.engine.stop(grace)
+            # unregister (mDNS goodbye) while the network is up
+            await self._bounded("mDNS discovery", self.discovery.stop(), STOP_STEP_SEC)
+        shutdown_grace = self.settings.engine_settings().shutdown_grace if grace is None else grace
+        await self._bounded("the engine", self.engine.stop(grace), shutdown_grace + STOP_STEP_SEC)
         if self.membership is not None:
-            await self.membership.stop()
+            await self._bounded("membership", self.membership.stop(), STOP_STEP_SEC)
         await self.register_self("offline")
         await self._store.set_config(KEY_LAST_SHUTDOWN, ShutdownType.CLEAN.value)
         await self._store.close()
         self._lock.release()
         logger.info("node %s stopped cleanly", self.node_id, extra={"action": "node_stop"})
+
+    @staticmethod
+    async def _bounded(what: str, step: Coroutine[Any, Any, None], timeout: float) -> None:
+        """One step of `stop`: a stop always ends, and says which step did not."""
+        try:
+            await asyncio.wait_for(step, timeout)
+        except TimeoutError:
+            logger.error(
+                "stopping: %s did not finish within %gs; going on",
+                what,
+                timeout,
+                extra={"action": "node_stop"},
+            )
 
     async def close(self) -> None:
         """Release the store of a node that was never started (tools, tests)."""

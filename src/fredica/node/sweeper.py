@@ -49,6 +49,11 @@ class ChangeSource(Protocol):
 
     version: int
 
+    @property
+    def is_closed(self) -> bool:
+        """The node is stopping: long waits end."""
+        ...
+
     async def wait(self, after: int, timeout: float) -> int: ...
 
 
@@ -417,7 +422,9 @@ class Sweeper:
         gap = min(self.interval, CHANGE_SWEEP_GAP)
         version = changes.version
         next_full = 0.0
-        while True:
+        # ends when the feed closes (the node stops), not only when cancelled: a cancel that
+        # arrives as the feed wakes up may be swallowed by `asyncio.wait_for` on Python 3.11
+        while not changes.is_closed:
             full = time.monotonic() >= next_full
             if full:
                 next_full = time.monotonic() + self.interval
