@@ -91,7 +91,6 @@ class Membership:
         for seed in seeds:
             self.add(seed)
         self._task: asyncio.Task[None] | None = None
-        self._refreshed = asyncio.Event()
 
     @property
     def enabled(self) -> bool:
@@ -152,7 +151,6 @@ class Membership:
         now = time.monotonic()
         due = [p for p in list(self._peers.values()) if p.retry_at <= now]
         await asyncio.gather(*(self._refresh(p) for p in due))
-        self._refreshed.set()
 
     async def _refresh(self, peer: Peer) -> None:
         probe = peer.owner or RemoteOwner("?", peer.address, self._secret, self._client)
@@ -281,9 +279,6 @@ class Membership:
             )
         except errors.StoreError as exc:
             logger.warning("peer %s not recorded: %s", peer.node_id, exc)
-
-    async def wait_refreshed(self) -> None:
-        await self._refreshed.wait()
 
     # --- pushes -----------------------------------------------------------------------------
     async def wake_peers(self) -> None:

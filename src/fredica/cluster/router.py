@@ -72,9 +72,6 @@ class OwnerRouter:
     def node_id(self) -> str:
         return self.local.node_id
 
-    def remote_of(self, task_id: str) -> RemoteOwner | None:
-        return self._claimed.get(task_id)
-
     # --- what only the local store does ---------------------------------------------------
     def subscribe(self, listener: SignalListener) -> None:
         self.local.subscribe(listener)
