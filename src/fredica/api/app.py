@@ -28,8 +28,10 @@ from fredica.api import (
     errors,
     routes_cluster,
     routes_files,
+    routes_media,
     routes_node,
     routes_pipelines,
+    routes_settings,
     routes_tasks,
 )
 from fredica.node.service import Node
@@ -45,6 +47,8 @@ CLUSTER_PREFIXES = ("/cluster/", "/files/serve")
 QUERY_TOKEN_PATHS = ("/api/v1/events", "/files/results/")
 #: requests whose bodies are limited to `api.max_body_bytes`
 LIMITED_PREFIXES = ("/api/", "/cluster/")
+#: routes that stream their body and enforce their own limit (uploads: storage.max_upload_mb)
+UNLIMITED_PATHS = ("/api/v1/uploads",)
 #: the API's paths, whose error answers the OpenAPI schema declares (not /healthz, /metrics, UI)
 API_PREFIXES = ("/api/", "/cluster/", "/files/")
 API_ROUTERS = (
@@ -53,6 +57,8 @@ API_ROUTERS = (
     routes_tasks.router,
     routes_cluster.router,
     routes_files.router,
+    routes_settings.router,
+    routes_media.router,
 )
 
 
@@ -150,7 +156,11 @@ class BodyLimit:
         self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(LIMITED_PREFIXES):
+        if (
+            scope["type"] != "http"
+            or not scope["path"].startswith(LIMITED_PREFIXES)
+            or scope["path"] in UNLIMITED_PATHS
+        ):
             await self.app(scope, receive, send)
             return
         length = dict(scope["headers"]).get(b"content-length")

@@ -608,6 +608,9 @@ def token_create(
     max_cost: Annotated[float | None, typer.Option(help="Max cloud cost per day (USD).")] = None,
     max_tasks: Annotated[int | None, typer.Option(help="Max tasks per day.")] = None,
     expires: Annotated[str | None, typer.Option(help="90d, 12h, 30m or an ISO date.")] = None,
+    admin: Annotated[
+        bool, typer.Option("--admin", help="May read and change the settings page.")
+    ] = False,
 ) -> None:
     """Create a publisher token: prints it once and stores only its SHA-256 in worker.yaml."""
     from datetime import UTC, datetime
@@ -627,6 +630,8 @@ def token_create(
             permissions["max_cloud_cost_per_day_usd"] = max_cost
         if max_tasks is not None:
             permissions["max_tasks_per_day"] = max_tasks
+        if admin:
+            permissions["admin"] = True
         entry: dict[str, Any] = {
             "id": token_id,
             "name": name,

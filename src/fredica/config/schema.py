@@ -165,6 +165,8 @@ class TokenPermissions(sections.Section):
     allowed_pipeline_templates: Annotated[list[str], BeforeValidator(sections.none_to_list)] = (
         Field(default_factory=list)
     )
+    #: may read and change the node's settings (`/api/v1/settings`) in token mode
+    admin: bool = False
 
     def allows_cloud(self, section: str) -> bool:
         """Whether cloud backends may be used for a capability section (e.g. 'transcribe')."""
@@ -320,6 +322,8 @@ class StorageConfig(sections.Section):
     peer_cache_max_gb: sections.NonNegFloat = 10.0
     #: seconds between two full clean-up sweeps (changes start lighter sweeps sooner)
     cleanup_interval_sec: sections.PositiveFloat = 600.0
+    #: the largest file the web UI may upload (`POST /api/v1/uploads`; 413 beyond)
+    max_upload_mb: sections.PositiveInt = 4096
 
 
 class StoreConfig(sections.Section):
@@ -374,6 +378,10 @@ class WorkerConfig(sections.Section):
     storage: StorageConfig = Field(default_factory=StorageConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     runtime: RuntimeState = Field(default_factory=RuntimeState, alias="_runtime")
+    #: read-only roots the web UI may pick source files from (`/api/v1/media-folders`)
+    media_folders: Annotated[list[str], BeforeValidator(sections.none_to_list)] = Field(
+        default_factory=list
+    )
 
     @model_validator(mode="after")
     def _check_plugins(self) -> WorkerConfig:
@@ -381,6 +389,11 @@ class WorkerConfig(sections.Section):
             if not _MODULE.match(name):
                 raise sections.PathError(
                     ("plugins", i), f"must be an importable module name, got {name!r}"
+                )
+        for i, folder in enumerate(self.media_folders):
+            if not folder.strip() or not Path(folder).expanduser().is_absolute():
+                raise sections.PathError(
+                    ("media_folders", i), f"must be an absolute directory path, got {folder!r}"
                 )
         return self
 
@@ -490,8 +503,7 @@ def _round_trip_yaml() -> YAML:
     return yaml
 
 
-def _edit(path: Path, edit: typing.Callable[[CommentedMap], None]) -> None:
-    yaml = _round_trip_yaml()
+def _load_doc(path: Path, yaml: YAML) -> CommentedMap:
     try:
         doc = yaml.load(_read_text(path))
     except YAMLError as exc:
@@ -500,6 +512,12 @@ def _edit(path: Path, edit: typing.Callable[[CommentedMap], None]) -> None:
         doc = CommentedMap()
     if not isinstance(doc, CommentedMap):
         raise errors.ConfigError(f"{path}: (top level): expected a mapping of sections")
+    return doc
+
+
+def _edit(path: Path, edit: typing.Callable[[CommentedMap], None]) -> None:
+    yaml = _round_trip_yaml()
+    doc = _load_doc(path, yaml)
     edit(doc)
     buf = StringIO()
     yaml.dump(doc, buf)
@@ -570,18 +588,36 @@ def add_access_token(path: Path, entry: Mapping[str, object]) -> None:
 
     The file is validated with the new entry before it is written, so a bad entry changes
     nothing."""
+
+    def edit(doc: CommentedMap) -> None:
+        auth = _section(doc, "auth")
+        tokens = auth.get("access_tokens")
+        if tokens is None:
+            tokens = []
+            auth["access_tokens"] = tokens
+        tokens.append(dict(entry))
+
+    update_config(path, edit)
+
+
+def update_config(path: Path, edit: typing.Callable[[CommentedMap], None]) -> WorkerConfig:
+    """Apply `edit` to worker.yaml's round-trip document, validate the result as a load
+    would, and write it back (comments and layout kept) only when it is valid: an edit that
+    makes the file invalid raises errors.ConfigError naming the key and changes nothing.
+    Returns the new configuration (the environment applied, as `load_config`)."""
     yaml = _round_trip_yaml()
-    doc = yaml.load(_read_text(path)) or CommentedMap()
-    auth = _section(doc, "auth")
-    tokens = auth.get("access_tokens")
-    if tokens is None:
-        tokens = []
-        auth["access_tokens"] = tokens
-    tokens.append(dict(entry))
+    doc = _load_doc(path, yaml)
+    edit(doc)
     buf = StringIO()
     yaml.dump(doc, buf)
-    parse_config(YAML(typ="safe").load(buf.getvalue()), str(path))
+    cfg = parse_config(YAML(typ="safe", pure=True).load(buf.getvalue()), str(path))
     _atomic_write(path, buf.getvalue())
+    return apply_env(cfg)
+
+
+def section_of(doc: CommentedMap, key: str) -> CommentedMap:
+    """The mapping `doc[key]`, created (at the end) when missing or empty."""
+    return _section(doc, key)
 
 
 # --- showing -----------------------------------------------------------------------------------
@@ -604,6 +640,11 @@ def _mask(value: Any, key: str = "") -> Any:
         # proxies, endpoints and service addresses may carry user:password@
         return _URL_PASSWORD.sub(rf"\g<1>{MASK}\g<3>", value)
     return value
+
+
+def mask_value(value: Any, key: str = "") -> Any:
+    """`value` as `config show` prints it under `key` (secret keys and URL passwords masked)."""
+    return _mask(value, key)
 
 
 def mask_secrets(cfg: WorkerConfig) -> dict[str, Any]:

@@ -260,6 +260,10 @@ storage:
   intermediate_cleanup: "on_pipeline_complete"
   peer_cache_max_gb: 10    # copies of other nodes' files (cache/peers/); least recently used go
   cleanup_interval_sec: 600  # seconds between full clean-up sweeps
+  max_upload_mb: 4096      # largest file the web UI may upload into uploads/ (413 beyond)
+
+# Read-only folders the web UI may pick source files from, e.g. ["/srv/media", "/home/me/Videos"]
+media_folders: []
 
 # -- Task store ----------------------------------------------------------------------------------
 # Empty: the embedded SQLite file in the data dir (one machine, or a home cluster).

@@ -39,6 +39,9 @@ from fredica.engine.wakeups import CoalescedCall
 from fredica.engine.worker import EngineSettings, WorkerEngine
 from fredica.executors import network_test, tasklog
 from fredica.node import cleanup, cluster, disk, quality, recovery, servable, sweeper, task_files
+from fredica.node import settings as node_settings
+from fredica.node import stats as node_stats
+from fredica.node import uploads as node_uploads
 from fredica.node.lock import DataDirLock
 from fredica.node.peers import PeerDesk
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
@@ -238,6 +241,16 @@ class Node:
             on_freed=self.disk.forget_usage,
         )
         self._sweeping: asyncio.Task[None] | None = None
+        #: the settings page, uploads, media folders and charts (their own modules)
+        self.settings_desk = node_settings.SettingsDesk(settings.config_path, cfg)
+        self.uploads = node_uploads.Uploads(
+            settings.data_dir,
+            lambda: self.settings_desk.current().storage.max_upload_mb * node_uploads.MB,
+        )
+        self.media_folders = node_uploads.MediaFolders(
+            lambda: list(self.settings_desk.current().media_folders)
+        )
+        self.stats = node_stats.Stats(store)
 
     @property
     def node_id(self) -> str:

@@ -35,6 +35,7 @@ from fredica.domain.models import (
     TaskStatus,
 )
 from fredica.domain.spawn import SpawnHook
+from fredica.domain.timeseries import TaskAtStart, TimelineEvent
 
 T = TypeVar("T")
 
@@ -569,6 +570,15 @@ class TaskStore(ABC):
     @abstractmethod
     async def restart_log(self, limit: int = 100) -> list[RestartLogEntry]:
         """The newest `restart_task_log` rows."""
+
+    @abstractmethod
+    async def task_timeline(
+        self, since: float, until: float, limit: int = 200_000
+    ) -> tuple[list[TaskAtStart], list[TimelineEvent]]:
+        """For the charts (`domain.timeseries`): the tasks of this store's owners that existed
+        at `since` and were not finished then, with their status at `since` (from their last
+        status event before it), and the status events in [since, until) in time order (at
+        most `limit`, the oldest first)."""
 
     @abstractmethod
     async def changes_since(

@@ -22,9 +22,19 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from fredica.domain import errors
+from fredica.domain import errors, timeseries
 from fredica.domain.clock import Clock
-from fredica.domain.models import JSON, NewPipeline, NewTask, Pipeline, Task, TaskEvent
+from fredica.domain.models import (
+    JSON,
+    TERMINAL_STATUSES,
+    NewPipeline,
+    NewTask,
+    Pipeline,
+    Task,
+    TaskEvent,
+    TaskStatus,
+)
+from fredica.domain.timeseries import TaskAtStart, TimelineEvent
 from fredica.store import control, lists, peering, work
 from fredica.store.base import (
     CancelOutcome,
@@ -537,6 +547,49 @@ class SQLStore(TaskStore):
 
     async def count_by_status(self) -> dict[str, int]:
         return await self._read(lambda conn: lists.counts_from(list(conn.execute(lists.COUNT_SQL))))
+
+    async def task_timeline(
+        self, since: float, until: float, limit: int = 200_000
+    ) -> tuple[list[TaskAtStart], list[TimelineEvent]]:
+        kinds = ", ".join("?" for _ in timeseries.STATUS_EVENTS)
+        done = ", ".join("?" for _ in TERMINAL_STATUSES)
+        before_sql = (
+            "SELECT t.id, t.type, (SELECT e.event_type FROM task_event e "
+            "WHERE e.task_ord = t.ord AND e.task_id = t.id AND e.occurred_at < ? "
+            f"AND e.event_type IN ({kinds}) ORDER BY e.occurred_at DESC, e.id DESC LIMIT 1) "
+            f"AS before FROM task t WHERE t.created_at < ? AND (t.status NOT IN ({done}) "
+            "OR t.updated_at >= ?)"
+        )
+        events_sql = (
+            "SELECT e.task_id, t.type, e.event_type, e.occurred_at, t.status, t.started_at "
+            "FROM task_event e JOIN task t ON t.id = e.task_id "
+            f"WHERE e.occurred_at >= ? AND e.occurred_at < ? AND e.event_type IN ({kinds}) "
+            "ORDER BY e.occurred_at, e.id LIMIT ?"
+        )
+        done_values = [s.value for s in TERMINAL_STATUSES]
+
+        def read(conn: Conn) -> tuple[list[TaskAtStart], list[TimelineEvent]]:
+            at_start = []
+            params = (since, *timeseries.STATUS_EVENTS, since, *done_values, since)
+            for r in conn.execute(before_sql, params):
+                before = timeseries.EVENT_STATUS.get(r["before"] or "")
+                if before is not None and not before.is_terminal:
+                    at_start.append(TaskAtStart(r["id"], r["type"], before))
+            params = (since, until, *timeseries.STATUS_EVENTS, limit)
+            events = [
+                TimelineEvent(
+                    r["task_id"],
+                    r["type"],
+                    r["event_type"],
+                    float(r["occurred_at"]),
+                    TaskStatus(r["status"]),
+                    r["started_at"],
+                )
+                for r in conn.execute(events_sql, params)
+            ]
+            return at_start, events
+
+        return await self._read(read)
 
     async def restart_log(self, limit: int = 100) -> list[RestartLogEntry]:
         def read(conn: Conn) -> list[RestartLogEntry]:
