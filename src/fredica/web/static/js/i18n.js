@@ -643,3 +643,10 @@ export function translateDom(root = document) {
     el.placeholder = t(el.dataset.i18nPlaceholder);
   }
 }
+
+/** Add a page module's own strings (`{zh: {...}, en: {...}}`); keys defined here win. */
+export function addStrings(tables) {
+  for (const [code, table] of Object.entries(tables)) {
+    STRINGS[code] = { ...table, ...(STRINGS[code] || {}) };
+  }
+}

@@ -6,12 +6,17 @@ import { checkRecovery } from "./dialogs.js";
 import { renderProcessing } from "./processing.js";
 import { renderPipeline } from "./pipeline.js";
 import { renderTools } from "./tools.js";
+import { renderSettings } from "./settings.js";
+import { renderCharts } from "./charts.js";
+import "./media.js";
 import { clear } from "./dom.js";
 
 const ROUTES = [
   [/^\/(processing)?\/?$/, "processing", () => renderProcessing],
   [/^\/tools\/?$/, "tools", () => renderTools],
   [/^\/pipelines\/([^/]+)\/?$/, "processing", () => renderPipeline],
+  [/^\/settings\/?$/, "settings", () => renderSettings],
+  [/^\/charts\/?$/, "charts", () => renderCharts],
 ];
 
 let cleanup = null;
