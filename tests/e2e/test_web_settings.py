@@ -6,43 +6,34 @@ partial file; the charts draw the tasks that ran."""
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from fredica.cli.demo import free_port
 from tests.media_support import make_media
 
 from .conftest import FAST_CONFIG, ServedNode, wait_until
-from .test_web import CHROMIUM, CHROMIUM_ARGS, WAIT_MS, expect, live, screenshot
+from .test_web import WAIT_MS, expect, live, screenshot
+from .test_web_results import _api, _close, _open, chromium
 
 try:
-    from playwright.sync_api import Browser, Page, sync_playwright
-except ImportError:  # pragma: no cover - reported by the fixture below
-    sync_playwright = None  # type: ignore[assignment]
+    from playwright.sync_api import Browser
+except ImportError:  # pragma: no cover - reported by the chromium fixture
+    Browser = Any  # type: ignore[misc,assignment]
+
+__all__ = ["chromium"]  # the browser fixture, shared with the result view's tests
 
 pytestmark = pytest.mark.slow
 
 NO_SIDEWAYS = "document.documentElement.scrollWidth <= window.innerWidth"
 COMMENT = "# test node: short timings so the real state machine runs in seconds"
 TERMINAL = ("completed", "failed", "cancelled", "partial_failed")
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Browser]:
-    if sync_playwright is None:
-        pytest.fail("the Python package playwright is missing: pip install -e '.[dev]'")
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} not found: run scripts/install-browser-deps.sh")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")
@@ -67,29 +58,6 @@ def node(tmp_path_factory: pytest.TempPathFactory, media: Path) -> Iterator[Serv
     served.terminate()
 
 
-def _open(browser: Browser, url: str, locale: str = "en-US", width: int = 1366) -> Page:
-    context = browser.new_context(locale=locale, viewport={"width": width, "height": 844})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.js_errors = errors  # type: ignore[attr-defined]
-    page.goto(url)
-    live(page)
-    return page
-
-
-def _close(page: Page) -> None:
-    assert not page.js_errors, page.js_errors  # type: ignore[attr-defined]
-    page.context.close()
-
-
-def _api(node: ServedNode, method: str, path: str, **kwargs: Any) -> Any:
-    with httpx.Client(base_url=node.url, timeout=30, trust_env=False) as client:
-        response = client.request(method, path, **kwargs)
-        response.raise_for_status()
-        return response.json()
-
-
 def _wait_pipeline(node: ServedNode, pipeline_id: str, timeout: float = 240) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -106,7 +74,7 @@ def test_settings_page_changes_max_workers_and_keeps_comments(
 ) -> None:
     before = node.config.read_text()
     current = int(_api(node, "GET", "/api/v1/settings")["settings"][0]["value"])
-    page = _open(chromium, f"{node.url}/settings", locale, width)
+    page = _open(chromium, f"{node.url}/settings", locale, (width, 844))
     field = page.locator('input[name="node.max_workers"]')
     expect(field).to_have_value(str(current), timeout=WAIT_MS)
     title = "设置" if locale == "zh-CN" else "Settings"
@@ -140,7 +108,7 @@ def test_upload_runs_through_to_a_transcript(
     chromium: Browser, node: ServedNode, media: Path
 ) -> None:
     video = media / "talk.mp4"
-    page = _open(chromium, f"{node.url}/processing")
+    page = _open(chromium, f"{node.url}/processing", "en-US", (1366, 844))
     page.locator("#new-pipeline").click()
     dialog = page.locator("#new-pipeline-dialog")
     expect(dialog).to_be_visible()
@@ -170,6 +138,14 @@ def test_upload_runs_through_to_a_transcript(
     expect(transcript).to_contain_text(
         merge["result"]["segments"][0]["text"].strip(), timeout=WAIT_MS
     )
+    # the material list names it by its file, with its duration and a badge
+    page.goto(f"{node.url}/materials")
+    live(page)
+    card = page.locator(".material-card", has_text="talk.mp4").first
+    expect(card).to_be_visible(timeout=WAIT_MS)
+    expect(card.locator(".badge")).to_have_attribute("data-status", "completed")
+    expect(card.locator(".material-duration")).to_have_text(re.compile(r"^\d+:\d\d$"))
+    expect(card).to_have_attribute("href", f"/pipelines/{created['id']}")
     # the charts count what ran: tasks completed and a duration line per task type
     page.goto(f"{node.url}/charts")
     live(page)
@@ -186,7 +162,7 @@ def test_upload_runs_through_to_a_transcript(
 def test_pick_from_a_media_folder_fills_the_source(
     chromium: Browser, node: ServedNode, media: Path
 ) -> None:
-    page = _open(chromium, f"{node.url}/processing", "zh-CN", 390)
+    page = _open(chromium, f"{node.url}/processing", "zh-CN", (390, 844))
     page.locator("#new-pipeline").click()
     dialog = page.locator("#new-pipeline-dialog")
     expect(dialog.locator("#source-pick")).to_have_text("从媒体文件夹选择…")
@@ -200,6 +176,12 @@ def test_pick_from_a_media_folder_fills_the_source(
     expect(dialog.locator("input[name=source]")).to_have_value(str((media / "talk.mp4").resolve()))
     box = dialog.bounding_box()
     assert box is not None and box["x"] + box["width"] <= 390
+    page.keyboard.press("Escape")
+    for path in ("/materials", "/charts", "/settings"):
+        page.goto(f"{node.url}{path}")
+        live(page)
+        assert page.evaluate(NO_SIDEWAYS), (path, page.evaluate("document.body.scrollWidth"))
+    screenshot(page, "nav-390-zh")
     _close(page)
 
 

@@ -20,10 +20,10 @@ from fredica import auth
 from fredica.api.app import create_app
 from fredica.config import schema as config
 from fredica.domain.clock import ManualClock
-from fredica.domain.models import NewPipeline, NewTask
+from fredica.domain.models import ErrorType, NewPipeline, NewTask
 from fredica.node import compose
 from fredica.node.service import Node
-from fredica.store.base import ClaimFilter, CompletionItem
+from fredica.store.base import ClaimFilter, CompletionItem, Failure
 
 from .test_engine import fast_settings
 
@@ -414,3 +414,71 @@ async def test_timeseries_endpoint_counts_known_events(tmp_path: Path) -> None:
             assert r.status_code == 422 and "window" in r.json()["error"]
         r = await client.get("/api/v1/stats/timeseries", params={"buckets": 0})
         assert r.status_code == 422
+
+
+# --- materials --------------------------------------------------------------------------------
+
+
+async def _run(store, task_id: str, result: dict[str, Any]) -> None:
+    (task,) = await store.claim(ClaimFilter(limit=1, start=True))
+    assert task.id == task_id
+    await store.complete_and_claim(
+        [CompletionItem(task.id, task.attempt, result)], node_id=task.claimed_by
+    )
+
+
+async def test_materials_have_title_duration_thumbnail_and_one_badge(tmp_path: Path) -> None:
+    clock = ManualClock(1_000.0)
+    async with served(tmp_path, YAML, clock=clock, start=False) as (client, node, _):
+        store = node._store  # the test drives the store by hand
+        cover = node.settings.data_dir / "thumbnails" / "m-talk" / "cover.jpg"
+        cover.parent.mkdir(parents=True)
+        cover.write_bytes(b"\xff\xd8jpeg")
+        talk = {"source": "/media/My Talk.mp4"}
+        await store.create_pipeline(
+            NewPipeline(
+                "overview",
+                "m-talk",
+                (NewTask("EXTRACT_AUDIO", id="a"), NewTask("GENERATE_THUMBNAIL", id="th")),
+                params=talk,
+            )
+        )
+        await _run(store, "a", {"duration_sec": 151.5})
+        clock.set(1_010.0)
+        await _run(store, "th", {"cover_path": "thumbnails/m-talk/cover.jpg"})
+        # a later pipeline of the same material that failed, and a URL material still waiting
+        clock.set(1_020.0)
+        await store.create_pipeline(
+            NewPipeline("again", "m-talk", (NewTask("TEST_FAIL", id="f"),), params=talk)
+        )
+        (task,) = await store.claim(ClaimFilter(limit=1, start=True))
+        await store.fail(Failure(task.id, task.attempt, "boom", ErrorType.PERMANENT))
+        clock.set(1_030.0)
+        await store.create_pipeline(
+            NewPipeline(
+                "dl",
+                "m-url",
+                (NewTask("TEST_SLEEP", id="s"),),
+                params={"source": "https://www.youtube.com/watch?v=abc"},
+            )
+        )
+        r = await client.get("/api/v1/materials")
+        assert r.status_code == 200, r.text
+        url, talk_row = r.json()["materials"]
+        assert (url["title"], url["status"], url["duration_sec"]) == (
+            "www.youtube.com · abc",
+            "pending",
+            None,
+        )
+        assert talk_row["title"] == "My Talk.mp4"
+        assert talk_row["duration_sec"] == 151.5
+        assert talk_row["status"] == "failed"  # the newest of its pipelines failed
+        assert [p["template"] for p in talk_row["pipelines"]] == ["again", "overview"]
+        assert talk_row["thumbnail_task"] == "th"
+        image = await client.get("/api/v1/materials/thumbnail/th")
+        assert image.status_code == 200 and image.content == b"\xff\xd8jpeg"
+        assert image.headers["content-type"] == "image/jpeg"
+        assert (await client.get("/api/v1/materials/thumbnail/a")).status_code == 404
+        assert (await client.get("/api/v1/materials/thumbnail/nope")).status_code == 404
+        assert len((await client.get("/api/v1/materials?limit=1")).json()["materials"]) == 1
+        assert (await client.get("/api/v1/materials?limit=0")).status_code == 422

@@ -1,12 +1,13 @@
 """Source files from the browser: `POST /api/v1/uploads` (the request body is the file,
-streamed into the data dir's `uploads/`) and the read-only `media_folders` to pick from."""
+streamed into the data dir's `uploads/`) and the read-only `media_folders` to pick from; the
+material list."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
 from starlette.requests import ClientDisconnect
 
 from fredica.api import deps, errors
@@ -62,3 +63,20 @@ async def media_folder_listing(root_id: int, path: str, node: deps.NodeDep) -> d
     """A folder inside media folder `root_id`: its subfolders, then its files with the
     `source` path to give a pipeline. A path leaving the root answers 4xx."""
     return await node.media_folders.listing(root_id, path)
+
+
+@router.get("/api/v1/materials")
+async def materials(
+    node: deps.NodeDep,
+    limit: Annotated[int, Query(ge=1, le=500, description="Materials per answer.")] = 100,
+) -> dict[str, Any]:
+    """The materials of the newest pipelines, newest first: title (the downloader's title, the
+    file name or the URL), duration, the thumbnail task when this node made one, and one status
+    badge derived from all the material's pipelines."""
+    return {"materials": await node.materials.list(limit)}
+
+
+@router.get("/api/v1/materials/thumbnail/{task_id}", response_model=None)
+async def material_thumbnail(task_id: str, node: deps.NodeDep) -> FileResponse:
+    """The cover image of a GENERATE_THUMBNAIL task that ran on this node."""
+    return FileResponse(await node.materials.thumbnail(task_id), media_type="image/jpeg")

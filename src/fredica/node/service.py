@@ -39,6 +39,7 @@ from fredica.engine.wakeups import CoalescedCall
 from fredica.engine.worker import EngineSettings, WorkerEngine
 from fredica.executors import network_test, tasklog
 from fredica.node import cleanup, cluster, disk, quality, recovery, servable, sweeper, task_files
+from fredica.node import materials as node_materials
 from fredica.node import settings as node_settings
 from fredica.node import stats as node_stats
 from fredica.node import uploads as node_uploads
@@ -251,6 +252,7 @@ class Node:
             lambda: list(self.settings_desk.current().media_folders)
         )
         self.stats = node_stats.Stats(store)
+        self.materials = node_materials.Materials(store, settings.node_id, settings.data_dir)
 
     @property
     def node_id(self) -> str:

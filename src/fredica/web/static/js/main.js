@@ -8,6 +8,7 @@ import { renderPipeline } from "./pipeline.js";
 import { renderTools } from "./tools.js";
 import { renderSettings } from "./settings.js";
 import { renderCharts } from "./charts.js";
+import { renderMaterials } from "./materials.js";
 import "./media.js";
 import { clear } from "./dom.js";
 
@@ -17,6 +18,7 @@ const ROUTES = [
   [/^\/pipelines\/([^/]+)\/?$/, "processing", () => renderPipeline],
   [/^\/settings\/?$/, "settings", () => renderSettings],
   [/^\/charts\/?$/, "charts", () => renderCharts],
+  [/^\/materials\/?$/, "materials", () => renderMaterials],
 ];
 
 let cleanup = null;
