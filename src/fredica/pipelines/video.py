@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -364,6 +365,31 @@ def _waiting(done: SpawnInput) -> list[models.Task]:
     return [t for t in done.siblings if t.status is models.TaskStatus.PENDING]
 
 
+def spawned(
+    done: SpawnInput,
+    ttype: str,
+    payload: dict[str, Any],
+    affinity: Callable[[str], models.Affinity],
+) -> models.NewTask:
+    """A task spawned by `done`'s completion, depending on it, placed by `affinity` relative to
+    the node that ran `done` (which holds its files)."""
+    params = done.pipeline.params
+    spec = task_spec(
+        ttype,
+        payload,
+        (done.task.id,),
+        done.pipeline,
+        int(params.get("priority") or 5),
+        str(params.get("cloud_preference") or "auto"),
+        done.pipeline.publisher_id,
+        str(uuid.uuid4()),
+    )
+    holder = done.task.claimed_by
+    if holder:
+        spec = dataclasses.replace(spec, affinity=affinity(holder), file_node_id=holder)
+    return spec
+
+
 def spawn_batches(done: SpawnInput, result: dict[str, Any]) -> SpawnPlan | None:
     """EXTRACT_FRAMES done: one batch task per `batch_size` frames for every merge waiting in
     the pipeline, SOFT-affine to the frame node; each merge depends on all its batches."""
@@ -373,7 +399,6 @@ def spawn_batches(done: SpawnInput, result: dict[str, Any]) -> SpawnPlan | None:
         {"path": f["path"], "timestamp_sec": f.get("timestamp_sec")}
         for f in result.get("frames") or []
     ]
-    holder = done.task.claimed_by
     new: list[models.NewTask] = []
     deps: dict[str, tuple[str, ...]] = {}
     patches: dict[str, dict[str, Any]] = {}
@@ -391,21 +416,7 @@ def spawn_batches(done: SpawnInput, result: dict[str, Any]) -> SpawnPlan | None:
                 "batch_index": index,
                 "batch_count": len(chunks),
             }
-            spec = task_spec(
-                kind,
-                payload,
-                (done.task.id,),
-                done.pipeline,
-                int(params.get("priority") or 5),
-                str(params.get("cloud_preference") or "auto"),
-                done.pipeline.publisher_id,
-                str(uuid.uuid4()),
-            )
-            if holder:
-                spec = dataclasses.replace(
-                    spec, affinity=models.Affinity.soft(holder), file_node_id=holder
-                )
-            new.append(spec)
+            new.append(spawned(done, kind, payload, models.Affinity.soft))
         ids = tuple(str(t.id) for t in new if t.type == kind)
         deps[merge_task.id] = ids
         patches[merge_task.id] = {"batch_count": len(ids), "batches": []}
@@ -452,20 +463,7 @@ def spawn_transcode(done: SpawnInput, result: dict[str, Any]) -> SpawnPlan | Non
         **_upscaled_transcode(dict(params.get("user_params") or {}), mdir),
         "input_path": result["output_path"],
     }
-    spec = task_spec(
-        video.TRANSCODE,
-        payload,
-        (done.task.id,),
-        done.pipeline,
-        int(params.get("priority") or 5),
-        str(params.get("cloud_preference") or "auto"),
-        done.pipeline.publisher_id,
-        str(uuid.uuid4()),
-    )
-    holder = done.task.claimed_by
-    if holder:
-        spec = dataclasses.replace(spec, affinity=models.Affinity.hard(holder), file_node_id=holder)
-    return SpawnPlan(new_tasks=(spec,))
+    return SpawnPlan(new_tasks=(spawned(done, video.TRANSCODE, payload, models.Affinity.hard),))
 
 
 def _batch_done(done: SpawnInput, batch_type: str) -> SpawnPlan:
