@@ -93,7 +93,8 @@ async def test_a_custom_model_file_is_loaded_and_is_what_runs(tmp_path: Path) ->
     got = frames(Path(result["output_path"]), 80, 60).astype(int)
     want = frames(source, 40, 30).repeat(2, axis=1).repeat(2, axis=2).astype(int)
     # exact pixel doubling, up to the intermediate encode (x264 CRF 12, 4:2:0)
-    assert got.shape == want.shape and np.abs(got - want).mean() < 6
+    # (measured: 2.3 for the model, 6.2 for a Lanczos scaler of the same clip)
+    assert got.shape == want.shape and np.abs(got - want).mean() < 3.5
     with pytest.raises(errors.ResourceError, match="not configured here"):
         await run(tmp_path / "o", {**payload, "model": "realesrgan-x4plus"}, upscale.REALESRGAN,
                   backend_config={"model_path": str(model)})  # fmt: skip
