@@ -17,13 +17,13 @@ import httpx
 import pytest
 
 from fredica import auth
-from fredica.api.app import create_app
 from fredica.config import schema as config
 from fredica.domain.clock import ManualClock
 from fredica.domain.models import ErrorType, NewPipeline, NewTask
 from fredica.node import compose
 from fredica.node.service import Node
 from fredica.store.base import ClaimFilter, CompletionItem, Failure
+from fredica.web.app import create_app
 
 from .test_engine import fast_settings
 
@@ -474,11 +474,10 @@ async def test_materials_have_title_duration_thumbnail_and_one_badge(tmp_path: P
         assert talk_row["duration_sec"] == 151.5
         assert talk_row["status"] == "failed"  # the newest of its pipelines failed
         assert [p["template"] for p in talk_row["pipelines"]] == ["again", "overview"]
-        assert talk_row["thumbnail_task"] == "th"
-        image = await client.get("/api/v1/materials/thumbnail/th")
+        thumb = talk_row["thumbnail_url"]
+        assert thumb == "/files/outputs/th?path=thumbnails%2Fm-talk%2Fcover.jpg"
+        image = await client.get(thumb)
         assert image.status_code == 200 and image.content == b"\xff\xd8jpeg"
-        assert image.headers["content-type"] == "image/jpeg"
-        assert (await client.get("/api/v1/materials/thumbnail/a")).status_code == 404
-        assert (await client.get("/api/v1/materials/thumbnail/nope")).status_code == 404
+        assert url["thumbnail_url"] is None
         assert len((await client.get("/api/v1/materials?limit=1")).json()["materials"]) == 1
         assert (await client.get("/api/v1/materials?limit=0")).status_code == 422

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
 from fredica.api import deps, errors
@@ -71,12 +71,6 @@ async def materials(
     limit: Annotated[int, Query(ge=1, le=500, description="Materials per answer.")] = 100,
 ) -> dict[str, Any]:
     """The materials of the newest pipelines, newest first: title (the downloader's title, the
-    file name or the URL), duration, the thumbnail task when this node made one, and one status
-    badge derived from all the material's pipelines."""
+    file name or the URL), duration, the URL of its thumbnail when this node made one, and one
+    status badge derived from all the material's pipelines."""
     return {"materials": await node.materials.list(limit)}
-
-
-@router.get("/api/v1/materials/thumbnail/{task_id}", response_model=None)
-async def material_thumbnail(task_id: str, node: deps.NodeDep) -> FileResponse:
-    """The cover image of a GENERATE_THUMBNAIL task that ran on this node."""
-    return FileResponse(await node.materials.thumbnail(task_id), media_type="image/jpeg")

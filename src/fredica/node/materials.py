@@ -1,14 +1,14 @@
 """The material list: the materials of the newest pipelines, each with its title, duration,
-thumbnail and status badge (`domain.materials`)."""
+thumbnail (served by the web UI's `/files/outputs/`) and status badge (`domain.materials`)."""
 
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from fredica.cluster import files
-from fredica.domain import errors
 from fredica.domain import materials as rules
 from fredica.domain.models import Pipeline, Task, TaskStatus
 from fredica.store.base import TaskStore
@@ -30,17 +30,20 @@ class Materials:
         return out
 
     def _thumbnail(self, tasks: list[Task]) -> str | None:
+        """The URL of the cover a thumbnail task made on this node (`/files/outputs/`, which
+        serves only files a task's result names)."""
         for task in tasks:
             if task.type != rules.THUMBNAIL_TYPE or task.status is not TaskStatus.COMPLETED:
                 continue
-            if task.claimed_by == self._node_id and self._cover(task) is not None:
-                return task.id
+            cover = (task.result or {}).get("cover_path")
+            if task.claimed_by == self._node_id and self._exists(cover):
+                return f"/files/outputs/{task.id}?path={urllib.parse.quote(str(cover), safe='')}"
         return None
 
-    def _cover(self, task: Task) -> Path | None:
-        cover = (task.result or {}).get("cover_path")
+    def _exists(self, cover: object) -> bool:
+        """Whether the cover path a result names is a file under this node's data dir."""
         if not isinstance(cover, str) or not cover:
-            return None
+            return False
         path = Path(cover)
         rel = (
             path.relative_to(self._data_dir)
@@ -48,9 +51,9 @@ class Materials:
             else path
         )
         if rel.is_absolute():
-            return None
+            return False
         found = files.resolve_under(self._data_dir, rel.as_posix())
-        return found if isinstance(found, Path) and found.is_file() else None
+        return isinstance(found, Path) and found.is_file()
 
     async def list(self, limit: int) -> list[dict[str, Any]]:
         """The `limit` most recently used materials, newest first."""
@@ -71,7 +74,7 @@ class Materials:
                     "title": rules.title_of(source or material_id, (t.result or {} for t in tasks)),
                     "source": source,
                     "duration_sec": rules.duration_of(tasks),
-                    "thumbnail_task": await asyncio.to_thread(self._thumbnail, tasks),
+                    "thumbnail_url": await asyncio.to_thread(self._thumbnail, tasks),
                     "status": rules.status_of(group),
                     "pipelines": [
                         {
@@ -86,13 +89,3 @@ class Materials:
                 }
             )
         return out
-
-    async def thumbnail(self, task_id: str) -> Path:
-        """The cover image a GENERATE_THUMBNAIL task of this node wrote (NotFound otherwise)."""
-        task = await self._store.get_task(task_id)
-        if task.type != rules.THUMBNAIL_TYPE or task.claimed_by != self._node_id:
-            raise errors.NotFound(f"task {task_id} made no thumbnail on this node")
-        cover = await asyncio.to_thread(self._cover, task)
-        if cover is None:
-            raise errors.NotFound(f"the thumbnail of task {task_id} is gone")
-        return cover

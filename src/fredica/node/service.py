@@ -38,7 +38,17 @@ from fredica.engine.registry import Registry
 from fredica.engine.wakeups import CoalescedCall
 from fredica.engine.worker import EngineSettings, WorkerEngine
 from fredica.executors import network_test, tasklog
-from fredica.node import cleanup, cluster, disk, quality, recovery, servable, sweeper, task_files
+from fredica.node import (
+    cleanup,
+    cluster,
+    disk,
+    gctune,
+    quality,
+    recovery,
+    servable,
+    sweeper,
+    task_files,
+)
 from fredica.node import materials as node_materials
 from fredica.node import settings as node_settings
 from fredica.node import stats as node_stats
@@ -299,6 +309,7 @@ class Node:
             logger.info(
                 "node is draining (fredica node undrain ends it)", extra={"action": "drain"}
             )
+        gctune.tune_once()  # start-up has built what lives as long as the process
         self.recovery = await self.engine.start()
         await self._store.set_config(KEY_RECOVERY, json.dumps(self.recovery.summary()))
         await self.register_self()

@@ -1,7 +1,7 @@
 // 素材 /materials (seed 001 §9.2): every material of the recent pipelines with its title,
 // duration, thumbnail when one was made here, and one status badge from all its pipelines.
 
-import { get, getToken } from "./api.js";
+import { get, withToken } from "./api.js";
 import { addStrings, t } from "./i18n.js";
 import { onLive } from "./live.js";
 import { clear, h, statusBadge } from "./dom.js";
@@ -36,26 +36,16 @@ function duration(seconds) {
   return `${hms.join(":")}:${two(s % 60)}`;
 }
 
-/** The thumbnail as an object URL: fetched with the token header (an <img> cannot send one). */
-async function thumbnail(taskId, img) {
-  const headers = {};
-  const token = getToken();
-  if (token) headers.Authorization = `Bearer ${token}`;
-  try {
-    const response = await fetch(`/api/v1/materials/thumbnail/${encodeURIComponent(taskId)}`, {
-      headers,
-    });
-    if (!response.ok) return;
-    img.src = URL.createObjectURL(await response.blob());
-    img.hidden = false;
-  } catch {
-    // no picture: the placeholder stays
-  }
-}
-
 function card(m) {
-  const img = h("img", { class: "material-thumb", alt: "", hidden: true });
-  if (m.thumbnail_task) thumbnail(m.thumbnail_task, img);
+  // an <img> cannot send a header: /files/outputs/ takes the token as ?token=
+  const img = m.thumbnail_url
+    ? h("img", {
+        class: "material-thumb",
+        alt: "",
+        loading: "lazy",
+        src: withToken(m.thumbnail_url),
+      })
+    : null;
   const newest = m.pipelines[0];
   return h(
     "a",
@@ -105,7 +95,6 @@ export function renderMaterials(app) {
       return;
     }
     if (!alive) return;
-    for (const img of grid.querySelectorAll("img[src^='blob:']")) URL.revokeObjectURL(img.src);
     clear(grid);
     if (!data.materials.length) grid.append(h("p", { class: "muted" }, t("materials.empty")));
     for (const m of data.materials) grid.append(card(m));
