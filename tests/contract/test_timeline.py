@@ -33,8 +33,10 @@ async def _history(store, clock) -> None:
 async def test_timeline_gives_status_at_start_and_events_inside(store, clock) -> None:
     await _history(store, clock)
     # When the window starts at 160 (a claimed and started at once, b and c pending)
-    at_start, events = await store.task_timeline(160.0, 280.0)
-    # Then
+    read = await store.task_timeline(160.0, 280.0)
+    at_start, events = read.at_start, read.events
+    # Then (every task was touched lately: each is replayed, none only counted)
+    assert read.baseline == {}
     assert sorted((t.task_id, t.task_type, t.status) for t in at_start) == [
         ("a", "T", S.CLAIMED),
         ("b", "T", S.PENDING),
@@ -49,13 +51,14 @@ async def test_timeline_gives_status_at_start_and_events_inside(store, clock) ->
     ]
     assert events[0].started_at == 110.0 and events[0].current is S.COMPLETED
     # a window after everything ended has nothing at its start and no events
-    assert await store.task_timeline(300.0, 400.0) == ([], [])
+    later = await store.task_timeline(300.0, 400.0)
+    assert (later.baseline, later.at_start, later.events) == ({}, [], [])
 
 
 async def test_series_of_known_events(store, clock) -> None:
     await _history(store, clock)
-    at_start, events = await store.task_timeline(160.0, 280.0)
-    out = timeseries.series(160.0, 280.0, 2, at_start, events)
+    read = await store.task_timeline(160.0, 280.0)
+    out = timeseries.series(160.0, 280.0, 2, read.at_start, read.events, read.baseline)
     assert out["buckets"] == [160.0, 220.0]
     assert out["completed"] == [1, 1]
     assert out["failed"] == [0, 1]
@@ -66,3 +69,21 @@ async def test_series_of_known_events(store, clock) -> None:
     # a ran 110 -> 170 (its start lies before the window), b 180 -> 230
     assert out["durations_sec"] == {"T": [60.0, 50.0]}
     assert out["duration_summary"] == {"T": {"count": 2, "mean_sec": 55.0}}
+
+
+async def test_tasks_untouched_long_before_the_window_are_counted_not_replayed(
+    store, clock
+) -> None:
+    # Given a task running since 110 and one pending since 100, nothing since
+    await make_pipeline(store, NewTask("T", id="a"), NewTask("T", id="b"))
+    clock.set(110.0)
+    await claim_one(store)
+    clock.set(2000.0)
+    # When the window starts long after (more than the touch margin)
+    since = 110.0 + timeseries.TOUCH_MARGIN_SEC + 100
+    read = await store.task_timeline(since, since + 120)
+    # Then they are counted by status, with no per-task rows to replay
+    assert read.baseline == {S.RUNNING: 1, S.PENDING: 1}
+    assert (read.at_start, read.events) == ([], [])
+    out = timeseries.series(since, since + 120, 2, read.at_start, read.events, read.baseline)
+    assert (out["queue_depth"], out["running"]) == ([1, 1], [1, 1])

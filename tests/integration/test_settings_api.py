@@ -481,3 +481,19 @@ async def test_materials_have_title_duration_thumbnail_and_one_badge(tmp_path: P
         assert url["thumbnail_url"] is None
         assert len((await client.get("/api/v1/materials?limit=1")).json()["materials"]) == 1
         assert (await client.get("/api/v1/materials?limit=0")).status_code == 422
+
+
+def test_token_create_admin_writes_the_permission_and_keeps_comments(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from fredica.cli.main import app
+
+    path = tmp_path / "worker.yaml"
+    path.write_text(YAML)
+    args = ["token", "create", "--name", "ops", "--config", str(path), "--admin"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (token,) = config.load_config(path).auth.access_tokens
+    assert token.name == "ops" and token.permissions.admin is True
+    assert "# my node: keep this comment" in path.read_text()
+    assert "max_workers: 2          # two at a time" in path.read_text()

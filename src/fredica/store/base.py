@@ -35,7 +35,7 @@ from fredica.domain.models import (
     TaskStatus,
 )
 from fredica.domain.spawn import SpawnHook
-from fredica.domain.timeseries import TaskAtStart, TimelineEvent
+from fredica.domain.timeseries import Timeline
 
 T = TypeVar("T")
 
@@ -572,13 +572,12 @@ class TaskStore(ABC):
         """The newest `restart_task_log` rows."""
 
     @abstractmethod
-    async def task_timeline(
-        self, since: float, until: float, limit: int = 200_000
-    ) -> tuple[list[TaskAtStart], list[TimelineEvent]]:
-        """For the charts (`domain.timeseries`): the tasks of this store's owners that existed
-        at `since` and were not finished then, with their status at `since` (from their last
-        status event before it), and the status events in [since, until) in time order (at
-        most `limit`, the oldest first)."""
+    async def task_timeline(self, since: float, until: float, limit: int = 200_000) -> Timeline:
+        """For the charts (`domain.timeseries`), over the tasks this store holds: how many
+        unfinished tasks were in each status at `since` and untouched since (`baseline`), the
+        status at `since` of the others that existed then (from their last status event before
+        it), and the status events in [since, until) in time order (at most `limit`, the
+        oldest first)."""
 
     @abstractmethod
     async def changes_since(

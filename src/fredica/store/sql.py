@@ -34,7 +34,7 @@ from fredica.domain.models import (
     TaskEvent,
     TaskStatus,
 )
-from fredica.domain.timeseries import TaskAtStart, TimelineEvent
+from fredica.domain.timeseries import TaskAtStart, Timeline, TimelineEvent
 from fredica.store import control, lists, peering, work
 from fredica.store.base import (
     CancelOutcome,
@@ -75,6 +75,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+STATUS = {s.value: s for s in TaskStatus}  # a task's status column -> TaskStatus
 URGENT, NORMAL = 0, 1  # priorities of the store's queue (lower first)
 RETRY_ATTEMPTS = 8  # a busy/locked/deadlocked transaction is run again up to this many times
 RETRY_BACKOFF = 0.02  # seconds, doubled on each retry
@@ -548,17 +549,22 @@ class SQLStore(TaskStore):
     async def count_by_status(self) -> dict[str, int]:
         return await self._read(lambda conn: lists.counts_from(list(conn.execute(lists.COUNT_SQL))))
 
-    async def task_timeline(
-        self, since: float, until: float, limit: int = 200_000
-    ) -> tuple[list[TaskAtStart], list[TimelineEvent]]:
+    async def task_timeline(self, since: float, until: float, limit: int = 200_000) -> Timeline:
         kinds = ", ".join("?" for _ in timeseries.STATUS_EVENTS)
         done = ", ".join("?" for _ in TERMINAL_STATUSES)
+        done_values = [s.value for s in TERMINAL_STATUSES]
+        # every status change sets updated_at, so an unfinished task not updated since a
+        # margin before the window kept its status through it: counted, not replayed
+        touched = since - timeseries.TOUCH_MARGIN_SEC
+        baseline_sql = (
+            f"SELECT status, COUNT(*) FROM task WHERE status NOT IN ({done}) "
+            "AND created_at < ? AND updated_at < ? GROUP BY status"
+        )
         before_sql = (
             "SELECT t.id, t.type, (SELECT e.event_type FROM task_event e "
             "WHERE e.task_ord = t.ord AND e.task_id = t.id AND e.occurred_at < ? "
             f"AND e.event_type IN ({kinds}) ORDER BY e.occurred_at DESC, e.id DESC LIMIT 1) "
-            f"AS before FROM task t WHERE t.created_at < ? AND (t.status NOT IN ({done}) "
-            "OR t.updated_at >= ?)"
+            "FROM task t WHERE t.created_at < ? AND t.updated_at >= ?"
         )
         events_sql = (
             "SELECT e.task_id, t.type, e.event_type, e.occurred_at, t.status, t.started_at "
@@ -566,28 +572,26 @@ class SQLStore(TaskStore):
             f"WHERE e.occurred_at >= ? AND e.occurred_at < ? AND e.event_type IN ({kinds}) "
             "ORDER BY e.occurred_at, e.id LIMIT ?"
         )
-        done_values = [s.value for s in TERMINAL_STATUSES]
 
-        def read(conn: Conn) -> tuple[list[TaskAtStart], list[TimelineEvent]]:
+        def rows(conn: Conn, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+            if self.dialect.tuples is not None:
+                return self.dialect.tuples(conn, sql, params)
+            return [tuple(r) for r in conn.execute(sql, params)]
+
+        def read(conn: Conn) -> Timeline:
+            baseline = dict(rows(conn, baseline_sql, (*done_values, since, touched)))
             at_start = []
-            params = (since, *timeseries.STATUS_EVENTS, since, *done_values, since)
-            for r in conn.execute(before_sql, params):
-                before = timeseries.EVENT_STATUS.get(r["before"] or "")
+            params = (since, *timeseries.STATUS_EVENTS, since, touched)
+            for task_id, task_type, before_kind in rows(conn, before_sql, params):
+                before = timeseries.EVENT_STATUS.get(before_kind or "")
                 if before is not None and not before.is_terminal:
-                    at_start.append(TaskAtStart(r["id"], r["type"], before))
+                    at_start.append(TaskAtStart(task_id, task_type, before))
             params = (since, until, *timeseries.STATUS_EVENTS, limit)
             events = [
-                TimelineEvent(
-                    r["task_id"],
-                    r["type"],
-                    r["event_type"],
-                    float(r["occurred_at"]),
-                    TaskStatus(r["status"]),
-                    r["started_at"],
-                )
-                for r in conn.execute(events_sql, params)
+                TimelineEvent(task_id, kind, event, float(at), STATUS[now], started)
+                for task_id, kind, event, at, now, started in rows(conn, events_sql, params)
             ]
-            return at_start, events
+            return Timeline({TaskStatus(k): int(n) for k, n in baseline.items()}, at_start, events)
 
         return await self._read(read)
 
