@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import os
+import shutil
 import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +23,7 @@ from fredica.config import schema as config
 from fredica.domain.clock import ManualClock
 from fredica.domain.models import ErrorType, NewPipeline, NewTask
 from fredica.node import compose
+from fredica.node import uploads as node_uploads
 from fredica.node.service import Node
 from fredica.store.base import ClaimFilter, CompletionItem, Failure
 from fredica.web.app import create_app
@@ -286,6 +289,27 @@ async def test_an_aborted_upload_leaves_no_partial_file(api) -> None:
     # browser test cuts a real connection
     with pytest.raises(ConnectionResetError):
         await node.uploads.receive("half.mp4", broken(), None)
+    assert upload_files(node) == []
+
+
+async def test_an_upload_that_does_not_fit_on_the_disk_is_507_and_leaves_nothing(
+    api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, node, _ = api
+    # announced: refused before reading when the disk has less room
+    usage = shutil.disk_usage(node.settings.data_dir)
+    monkeypatch.setattr(node_uploads.shutil, "disk_usage", lambda _: usage._replace(free=1000))
+    r = await client.post("/api/v1/uploads", params={"name": "a.mp4"}, content=b"x" * 5000)
+    assert r.status_code == 507 and "does not fit" in r.json()["error"]
+    monkeypatch.undo()
+
+    # found while writing: the disk fills up under the upload
+    def full(fh: Any, rest: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(node_uploads, "_finish", full)
+    r = await client.post("/api/v1/uploads", params={"name": "b.mp4"}, content=b"x" * 5000)
+    assert r.status_code == 507 and "filled up" in r.json()["error"]
     assert upload_files(node) == []
 
 

@@ -3,19 +3,22 @@ folders (worker.yaml `media_folders`) to pick from.
 
 An upload is written to a hidden `.part` file in `uploads/` and renamed to its sanitized name
 only when complete; a body over `storage.max_upload_mb`, a client that goes away or any other
-failure removes the partial file. A name that exists already gets ` (1)`, ` (2)`... before its
-suffix, never overwriting. Listing a media folder never leaves its root: a malformed path
-(absolute, `..`, NUL) is refused, and a symbolic link leading outside is neither listed nor
-followed (`cluster.files.resolve_under`).
+failure removes the partial file. An upload that does not fit on the data dir's disk is a 507
+(`StoreFull`), announced or found while writing. A name that exists already gets ` (1)`,
+` (2)`... before its suffix, never overwriting. Listing a media folder never leaves its root:
+a malformed path (absolute, `..`, NUL) is refused, and a symbolic link leading outside is
+neither listed nor followed (`cluster.files.resolve_under`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import re
+import shutil
 import unicodedata
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -100,6 +103,12 @@ class Uploads:
         if declared is not None and declared > limit:
             raise self._too_large(limit)
         await asyncio.to_thread(self.directory.mkdir, parents=True, exist_ok=True)
+        if declared is not None:
+            free = (await asyncio.to_thread(shutil.disk_usage, self.directory)).free
+            if declared > free:
+                raise errors.StoreFull(
+                    f"upload of {declared} bytes does not fit: {free} bytes free in the data dir"
+                )
         part = self.directory / f".{uuid.uuid4().hex}.part"
         size = 0
         fh: BinaryIO = await asyncio.to_thread(part.open, "xb")
@@ -115,8 +124,9 @@ class Uploads:
                     buffer.clear()
             await asyncio.to_thread(_finish, fh, bytes(buffer))
             target = await asyncio.to_thread(_claim_final, self.directory, final_name, part)
-        except BaseException:
-            # a refused size, a client that went away (ClientDisconnect), a cancelled request
+        except BaseException as exc:
+            # a refused size, a client that went away (ClientDisconnect), a cancelled request,
+            # a full disk
             fh.close()
             with contextlib.suppress(OSError):
                 part.unlink()
@@ -126,6 +136,8 @@ class Uploads:
                 size,
                 extra={"action": "upload_abandoned"},
             )
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                raise errors.StoreFull("the data dir's disk filled up during the upload") from None
             raise
         logger.info(
             "uploaded %s (%d bytes)", target.name, size, extra={"action": "upload_complete"}
