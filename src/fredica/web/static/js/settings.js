@@ -209,6 +209,7 @@ export function renderSettings(app) {
   );
 
   let rows = [];
+  let writable = false;
   let alive = true;
 
   function showError(message) {
@@ -219,7 +220,8 @@ export function renderSettings(app) {
   function draw(view) {
     rows = view.settings;
     fileLine.textContent = view.path ? t("settings.file", { path: view.path }) : "";
-    save.disabled = !view.writable;
+    writable = view.writable;
+    save.disabled = !writable;
     if (!view.writable) showError(t("settings.read_only"));
     clear(body);
     for (const group of GROUPS) {
@@ -293,7 +295,7 @@ export function renderSettings(app) {
     } catch (err) {
       showError(err.message);
     } finally {
-      save.disabled = false;
+      save.disabled = !writable;
     }
   });
   reset.addEventListener("click", () => {
