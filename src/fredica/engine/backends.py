@@ -33,6 +33,11 @@ class BackendChoice:
     model: str | None
     config: Mapping[str, Any]
     breakdown: str
+    #: how the choice is recorded with the outcome ("backend score=N (breakdown)")
+    note: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "note", f"{self.backend} score={self.score} ({self.breakdown})")
 
 
 @functools.cache
@@ -277,6 +282,8 @@ def _choice_key(
 ) -> tuple[Any, ...] | None:
     payload = task.payload
     shape: Any = ()
+    if not active_by_backend and not payload:  # the common case, without building anything
+        return (task.type, task.cloud_preference, shape, (), pending)
     if payload:
         if len(payload) > _SMALL_PAYLOAD:
             return None
