@@ -69,6 +69,15 @@ class Authenticator:
         except errors.ConfigError as exc:  # keep the last good tokens; say why
             logger.error("auth not reloaded: %s", exc, extra={"action": "auth_reload"})
 
+    def cloud_budget(self, token_id: str) -> float | None:
+        """The token's `max_cloud_cost_per_day_usd` (None: no limit, or no such token), as
+        the file says now (tokens created while the node runs count at once)."""
+        self._reload_if_changed()
+        for entry in self._auth.access_tokens:
+            if entry.id == token_id:
+                return entry.permissions.max_cloud_cost_per_day_usd
+        return None
+
     def authenticate(self, header: str | None, query_token: str | None = None) -> Publisher:
         """The publisher behind a request, or Unauthorized naming what is wrong."""
         token = None

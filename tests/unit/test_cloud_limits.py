@@ -4,13 +4,17 @@ budget per node and per publisher token, kept across restarts and reset each UTC
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from fredica import auth
 from fredica.config import schema
 from fredica.domain import errors, models
+from fredica.domain.clock import SystemClock
 from fredica.domain.models import CloudPreference
 from fredica.engine.backends import BackendSelector
 from fredica.engine.cloudlimits import CloudLimits
@@ -156,3 +160,21 @@ async def test_a_charge_is_recorded_only_with_a_price_and_reaches_the_bound_mete
     assert limits.spent_today() == pytest.approx(0.003)
     assert limits.spent_today("tok-a") == pytest.approx(0.003)
     assert limits.ceilings()["deepseek-api"][0] == 4
+
+
+def test_a_token_created_while_the_node_runs_has_its_budget_enforced_at_once(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "worker.yaml"
+    path.write_text("auth:\n  mode: token\n")
+    authenticator = auth.Authenticator(schema.load_config(path).auth, SystemClock(), path)
+    limits = CloudLimits({"deepseek-api": 2}, publisher_budget=authenticator.cloud_budget)
+    limits.spend("deepseek-api", "tok-new", 0.3)
+    assert limits.ceilings("tok-new") == {}  # no such token yet: no budget
+    entry = {"id": "tok-new", "token_hash": auth.hash_token("x"),
+             "permissions": {"max_cloud_cost_per_day_usd": 0.25}}  # fmt: skip
+    schema.add_access_token(path, entry)
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 1_000_000))  # a new mtime, surely
+    limit, why = limits.ceilings("tok-new")["deepseek-api"]
+    assert limit == 0 and "tok-new reached its max_cloud_cost_per_day_usd $0.25" in why
+    assert limits.ceilings("tok-other") == {} and limits.ceilings() == {}

@@ -52,7 +52,7 @@ class CloudLimits:
         *,
         cluster_max: Mapping[str, int] | None = None,
         daily_budget_usd: float | None = None,
-        publisher_budgets: Mapping[str, float] | None = None,
+        publisher_budget: Callable[[str], float | None] | None = None,
         restore_after: float = 60.0,
         data_dir: Path | None = None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -62,7 +62,8 @@ class CloudLimits:
         self.max_concurrent = dict(max_concurrent)
         self.cluster_max = dict(cluster_max or {})
         self.daily_budget_usd = daily_budget_usd
-        self.publisher_budgets = dict(publisher_budgets or {})
+        #: a publisher token's daily cloud budget (None: no limit)
+        self.publisher_budget = publisher_budget or (lambda _token: None)
         self.restore_after = restore_after
         self._path = data_dir / SPEND_FILE if data_dir is not None else None
         self._monotonic = monotonic
@@ -81,25 +82,28 @@ class CloudLimits:
         cfg: config.WorkerConfig,
         capabilities: Iterable[catalog.Capability],
         data_dir: Path | None,
+        publisher_budget: Callable[[str], float | None] | None = None,
     ) -> CloudLimits:
-        """The limits worker.yaml sets for the cloud backends this node declares."""
+        """The limits worker.yaml sets for the cloud backends this node declares
+        (`publisher_budget`: a token's budget as the file says now; default: the tokens of
+        `cfg`)."""
         tops: dict[str, int] = {}
         for cap in capabilities:
             if cap.is_cloud:
                 limit = cap.metadata.get("max_concurrent", "")
                 tops[cap.backend] = max(tops.get(cap.backend, 0), int(limit) if limit else 1)
-        publishers = {
-            t.id: t.permissions.max_cloud_cost_per_day_usd
-            for t in cfg.auth.access_tokens
-            if t.permissions.max_cloud_cost_per_day_usd is not None
-        }
+        if publisher_budget is None:
+            budgets = {
+                t.id: t.permissions.max_cloud_cost_per_day_usd for t in cfg.auth.access_tokens
+            }
+            publisher_budget = budgets.get
         return cls(
             tops,
             cluster_max={
                 name: r.cluster_max_concurrent for name, r in cfg.cluster.api_rate_limits.items()
             },
             daily_budget_usd=cfg.scheduling.max_cloud_cost_per_day_usd,
-            publisher_budgets=publishers,
+            publisher_budget=publisher_budget,
             restore_after=cfg.scheduling.rate_limit_restore_sec,
             data_dir=data_dir,
         )
@@ -165,9 +169,10 @@ class CloudLimits:
         out: dict[str, tuple[int, str]] = {}
         if not self.max_concurrent:  # no cloud backend here
             return out
+        cap = self.publisher_budget(publisher) if publisher else None  # may read the file
         with self._lock:
             self._roll_day()
-            spent = self._over_budget(publisher)
+            spent = self._over_budget(publisher, cap)
             for backend, top in self.max_concurrent.items():
                 limit, why = top, ""
                 adaptive = self._adaptive(backend)
@@ -226,22 +231,23 @@ class CloudLimits:
 
     def budget_reached(self, publisher: str | None = None) -> str:
         """Why cloud backends are off for today ("" when they are not)."""
+        cap = self.publisher_budget(publisher) if publisher else None
         with self._lock:
             self._roll_day()
-            return self._over_budget(publisher)
+            return self._over_budget(publisher, cap)
 
     def seconds_to_next_day(self) -> float:
         now = datetime.fromtimestamp(self._wall(), UTC)
         midnight = (now + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
         return max(1.0, (midnight - now).total_seconds())
 
-    def _over_budget(self, publisher: str | None) -> str:
+    def _over_budget(self, publisher: str | None, cap: float | None) -> str:
+        """Why the cloud is off (`cap`: the publisher's budget); lock held."""
         if self.daily_budget_usd is not None and self._total >= self.daily_budget_usd:
             return (
                 f"max_cloud_cost_per_day_usd ${self.daily_budget_usd:g} reached"
                 f" (${self._total:.4f} spent today)"
             )
-        cap = self.publisher_budgets.get(publisher) if publisher else None
         if cap is not None and publisher is not None:
             spent = self._spend["publisher"].get(publisher, 0.0)
             if spent >= cap:

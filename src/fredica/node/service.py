@@ -268,7 +268,7 @@ class Node:
             BackendSelector.from_config, cfg, self._plugin_functions()
         )
         selector.limits = CloudLimits.from_config(
-            cfg, selector.capabilities, self.settings.data_dir
+            cfg, selector.capabilities, self.settings.data_dir, self.auth.cloud_budget
         )
         self.engine.selector = selector
         updates = selector.runtime_cache_updates(cfg)
