@@ -619,9 +619,12 @@ def token_create(
     path, _ = bootstrap.resolve_paths(config, data_dir)
     if not path.exists():
         die(f"{path} does not exist; run `fredica serve` once or pass --config")
-    token_id, token = auth.new_token()
     try:
         expiry = auth.expiry_from_now(expires, datetime.now(UTC))
+    except errors.InvalidRequest as exc:
+        die(exc.message, code=2)  # a usage error, as typer's own; nothing is written
+    token_id, token = auth.new_token()
+    try:
         permissions: dict[str, Any] = {"allow_cloud": cloud}
         if max_cost is not None:
             permissions["max_cloud_cost_per_day_usd"] = max_cost

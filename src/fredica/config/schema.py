@@ -290,6 +290,12 @@ class SchedulingConfig(sections.Section):
     #: a task claimed ahead that has not started within this many seconds goes back to the
     #: queue for any node; the node claims ahead only what it expects to start sooner
     claim_ahead_window_sec: sections.PositiveFloat = 1.0
+    #: our addition (seed 001 §7.8): after a 429 halved a cloud backend's concurrency, one
+    #: slot comes back per this many seconds without another 429
+    rate_limit_restore_sec: sections.PositiveFloat = 60.0
+    #: the node's cloud budget per UTC day (from the costs its cloud backends report);
+    #: reached: cloud backends are not chosen until the next day. null = no limit
+    max_cloud_cost_per_day_usd: sections.NonNegFloat | None = None
     load_penalty: LoadPenalty = Field(default_factory=LoadPenalty)
     quality_defaults: Annotated[
         dict[str, QualityModeName], BeforeValidator(_merge_quality_defaults)

@@ -228,6 +228,13 @@ scheduling:
   # a task claimed ahead that has not started by then goes back for any node.
   claim_ahead: 512
   claim_ahead_window_sec: 1.0
+  # Cloud APIs (seed 001 §7.8): an HTTP 429 halves that backend's concurrency on this node; one
+  # slot comes back per this many seconds without another 429.
+  rate_limit_restore_sec: 60
+  # Cloud budget of this node per UTC day, from the costs its cloud backends report (needs
+  # cost_per_unit_usd on the providers). Reached: cloud backends are not chosen until the next
+  # day (tasks fall back to a local backend or wait). null = no limit.
+  max_cloud_cost_per_day_usd: null
   load_penalty:
     enabled: true
     max_penalty: 20            # points taken off a fully loaded node (pending >= max_workers)

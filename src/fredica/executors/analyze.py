@@ -22,6 +22,7 @@ import httpx
 
 from fredica.domain import errors, models
 from fredica.executors import extractive, httperrors
+from fredica.executors import usage as cloud_usage
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
 
@@ -197,6 +198,13 @@ class Backend:
             ) from exc
 
 
+def charge_tokens(ctx: TaskContext, usage: dict[str, Any]) -> float | None:
+    """Record what a chat call cost from the tokens the provider counted (input + output)."""
+    counts = [usage.get("input_tokens"), usage.get("output_tokens")]
+    tokens = sum(n for n in counts if isinstance(n, int) and n > 0)
+    return cloud_usage.charge(ctx, tokens / 1000, "1k_tokens") if tokens else None
+
+
 def choose_backend(ctx: TaskContext) -> str:
     name = ctx.backend or ctx.backend_config.get("backend") or LOCAL
     known = {LOCAL, "anthropic-api", "ollama", *OPENAI_WIRE}
@@ -284,4 +292,7 @@ class AiAnalyzeExecutor(TaskExecutor):
         result.update(
             {"backend": name, "model": backend.model, "usage": usage, "input_truncated": truncated}
         )
+        cost = charge_tokens(ctx, usage)
+        if cost is not None:
+            result["cost_usd"] = round(cost, 6)
         return result

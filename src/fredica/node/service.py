@@ -34,6 +34,7 @@ from fredica.domain.clock import Clock, SystemClock
 from fredica.domain.models import ShutdownType
 from fredica.domain.wire import event_from_json, pipeline_from_json, task_from_json
 from fredica.engine.backends import BackendSelector
+from fredica.engine.cloudlimits import CloudLimits
 from fredica.engine.registry import Registry
 from fredica.engine.wakeups import CoalescedCall
 from fredica.engine.worker import EngineSettings, WorkerEngine
@@ -266,6 +267,9 @@ class Node:
         selector = await asyncio.to_thread(
             BackendSelector.from_config, cfg, self._plugin_functions()
         )
+        selector.limits = CloudLimits.from_config(
+            cfg, selector.capabilities, self.settings.data_dir, self.auth.cloud_budget
+        )
         self.engine.selector = selector
         updates = selector.runtime_cache_updates(cfg)
         if updates and self.settings.config_path is not None:
@@ -346,6 +350,7 @@ class Node:
                     "free_slots": self.free_slots,
                     "scores": self.type_scores(),
                     **self.disk_info(),
+                    "active_api_calls": self.active_api_calls(),
                 },
             )
         )
@@ -386,6 +391,7 @@ class Node:
             try:
                 await self.register_self()
                 await self.refresh_gate()
+                await self.refresh_cloud_limits()
             except errors.StoreError as exc:
                 logger.warning("presence not recorded: %s", exc, extra={"action": "presence"})
 
@@ -498,7 +504,15 @@ class Node:
             "capabilities": self._capability_rows(),
             "scores": self.type_scores(),
             **self.disk_info(),
+            "active_api_calls": self.active_api_calls(),
         }
+
+    def active_api_calls(self) -> dict[str, int]:
+        """This node's cloud API calls in flight per backend (seed 001 §7.8)."""
+        selector = self.engine.selector
+        if selector is None or selector.limits is None:
+            return {}
+        return selector.limits.active_calls(self.engine.active_by_backend)
 
     def disk_info(self) -> dict[str, Any]:
         """What peers and the UI learn of this node's disk beyond its free space: the minimum
@@ -540,6 +554,26 @@ class Node:
             )
             for row in await self._store.list_nodes()
         )
+
+    async def refresh_cloud_limits(self) -> None:
+        """Give the cloud limits the API calls the live peers last reported, for the
+        cluster-wide `cluster_max_concurrent` (seed 001 §7.8)."""
+        selector = self.engine.selector
+        if selector is None or selector.limits is None or not selector.limits.cluster_max:
+            return
+        now = await self._store.now()
+        fresh = now - self.settings.engine_settings().stale_after
+        changed = selector.limits.set_peer_calls(
+            {
+                row.id: dict(row.info.get("active_api_calls") or {})
+                for row in await self._store.list_nodes()
+                if row.id != self.node_id
+                and row.status not in ("offline",)
+                and row.last_seen_at >= fresh
+            }
+        )
+        if changed:
+            self.engine.wake()  # room freed on the peers is claimable now
 
     def _capability_rows(self) -> list[dict[str, Any]]:
         selector = self.engine.selector
@@ -945,7 +979,15 @@ class Node:
             "outbox": len(await self._store.outbox_list()) if self.router is not None else 0,
             # free space, the work held back for lack of it, and the clean-up (seed 001 §7.7)
             "disk": {**await asyncio.to_thread(self.disk.state), "cleanup": self.sweeper.state()},
+            # cloud API calls in flight, their ceilings and today's spend (seed 001 §7.8)
+            "cloud": self.cloud_state(),
         }
+
+    def cloud_state(self) -> dict[str, Any] | None:
+        selector = self.engine.selector
+        if selector is None or selector.limits is None:
+            return None
+        return selector.limits.state(self.engine.active_by_backend)
 
     async def cluster_view(self) -> dict[str, Any]:
         """Every known node with slots used, load, memory and free disk (the UI's panel)."""
