@@ -31,6 +31,7 @@ from fredica.cluster.router import OwnerRouter
 from fredica.config import schema as config
 from fredica.domain import errors, models, node_state
 from fredica.domain.clock import Clock, SystemClock
+from fredica.domain.history import ListFilter
 from fredica.domain.models import ShutdownType
 from fredica.domain.wire import event_from_json, pipeline_from_json, task_from_json
 from fredica.engine.backends import BackendSelector
@@ -1004,8 +1005,9 @@ class Node:
         limit: int = 100,
         cursor: str | None = None,
         offset: int = 0,
+        where: ListFilter | None = None,
     ) -> Page[models.Pipeline]:
-        return await self._store.page_pipelines(status, limit, cursor, offset)
+        return await self._store.page_pipelines(status, limit, cursor, offset, where)
 
     async def get_pipeline(self, pipeline_id: str) -> models.Pipeline:
         return await self._store.get_pipeline(pipeline_id)
@@ -1081,8 +1083,11 @@ class Node:
         limit: int = 100,
         cursor: str | None = None,
         offset: int = 0,
+        where: ListFilter | None = None,
     ) -> Page[models.Task]:
-        return await self._store.page_tasks(pipeline_id, status, task_type, limit, cursor, offset)
+        return await self._store.page_tasks(
+            pipeline_id, status, task_type, limit, cursor, offset, where
+        )
 
     async def get_task(self, task_id: str) -> models.Task:
         return await self._store.get_task(task_id)
