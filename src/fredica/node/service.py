@@ -39,7 +39,17 @@ from fredica.engine.registry import Registry
 from fredica.engine.wakeups import CoalescedCall
 from fredica.engine.worker import EngineSettings, WorkerEngine
 from fredica.executors import network_test, tasklog
-from fredica.node import cleanup, cluster, disk, quality, recovery, servable, sweeper, task_files
+from fredica.node import (
+    cleanup,
+    cluster,
+    disk,
+    notify,
+    quality,
+    recovery,
+    servable,
+    sweeper,
+    task_files,
+)
 from fredica.node.lock import DataDirLock
 from fredica.node.peers import PeerDesk
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
@@ -239,6 +249,9 @@ class Node:
             on_freed=self.disk.forget_usage,
         )
         self._sweeping: asyncio.Task[None] | None = None
+        #: worker.yaml `notifications`: a webhook told when a pipeline of this node ends
+        self.notifier = notify.Notifier(cfg.notifications, settings.node_id, self.address)
+        self._notifying: list[asyncio.Task[None]] = []
 
     @property
     def node_id(self) -> str:
@@ -291,6 +304,8 @@ class Node:
         self.started_at = now
         self._presence = asyncio.create_task(self._presence_loop(), name="fredica-presence")
         self._sweeping = asyncio.create_task(self.sweeper.run(self.changes), name="fredica-sweep")
+        if self.notifier.enabled:
+            await self._start_notifier()
         if self.membership is not None:
             self.membership.start()
         if self.discovery is not None:
@@ -554,7 +569,7 @@ class Node:
     async def stop(self, grace: float | None = None) -> None:
         """Graceful stop: finish or release running work, then record a CLEAN shutdown."""
         self.changes.close()
-        for side in (self._presence, self._sweeping):
+        for side in (self._presence, self._sweeping, *self._notifying):
             if side is not None:
                 side.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -571,6 +586,19 @@ class Node:
         await self._store.close()
         self._lock.release()
         logger.info("node %s stopped cleanly", self.node_id, extra={"action": "node_stop"})
+
+    async def _start_notifier(self) -> None:
+        """Follow the change feed from now on and post a notice per ended pipeline."""
+        cursor = await self._store.latest_cursor()
+
+        async def tasks_of(pipeline_id: str) -> list[models.Task]:
+            return await self._store.list_tasks(pipeline_id, limit=100_000)
+
+        follow = self.notifier.follow(self.changes, self.changes_since, tasks_of, cursor)
+        self._notifying = [
+            asyncio.create_task(follow, name="fredica-notify-follow"),
+            asyncio.create_task(self.notifier.send_forever(), name="fredica-notify-send"),
+        ]
 
     @staticmethod
     async def _bounded(what: str, step: Coroutine[Any, Any, None], timeout: float) -> None:
