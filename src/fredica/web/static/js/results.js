@@ -90,7 +90,10 @@ async function outputFiles(tasks) {
 }
 
 // files named for what they hold rather than their format (AI_ANALYZE writes them)
-const NAMED_FILES = { "summary.md": "results.file.summary", "analysis.json": "results.file.analysis" };
+const NAMED_FILES = {
+  "summary.md": "results.file.summary",
+  "analysis.json": "results.file.analysis",
+};
 
 function fileLabel(name) {
   if (NAMED_FILES[name]) return t(NAMED_FILES[name]);
@@ -189,7 +192,12 @@ export async function renderResults(box, title, tasks) {
   const downloads = h("div", { class: "downloads", id: "downloads" });
   for (const file of files) {
     downloads.append(
-      downloadButton(withToken(file.url), file.name.split("/").pop(), fileLabel(file.name.split("/").pop()), file.size),
+      downloadButton(
+        withToken(file.url),
+        file.name.split("/").pop(),
+        fileLabel(file.name.split("/").pop()),
+        file.size,
+      ),
     );
   }
   const elsewhere = new Map();
