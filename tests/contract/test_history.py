@@ -174,6 +174,8 @@ async def test_task_filters_search_through_the_pipeline(make_store: StoreFactory
         (ListFilter(since=500.0, until=100.0), "since: must be before until"),
         (ListFilter(q="x" * 201), "q: at most 200 characters"),
         (ListFilter(since=float("nan")), "since: expected a finite time"),
+        (ListFilter(q="a\x00b"), "q: must not contain NUL"),
+        (ListFilter(node="\x00"), "node: must not contain NUL"),
     ],
 )
 async def test_a_filter_that_cannot_match_is_refused(store, where, message) -> None:

@@ -80,6 +80,7 @@ async def test_pipelines_and_tasks_are_searched_and_paged(api) -> None:
         ({"until": "1e300"}, "outside the years 1970-9999"),
         ({"q": "x" * 201}, "q"),
         ({"template": "t" * 201}, "template"),
+        ({"q": "a\x00b"}, "q: must not contain NUL"),
         ({"q": "x", "scope": "cluster"}, "scope=cluster does not search"),
     ],
 )

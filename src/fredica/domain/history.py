@@ -37,6 +37,11 @@ def check_filter(where: ListFilter | None) -> None:
         return
     if where.q is not None and len(where.q) > MAX_QUERY_CHARS:
         raise errors.InvalidRequest(f"q: at most {MAX_QUERY_CHARS} characters")
+    for name in ("q", "template", "node"):
+        value = getattr(where, name)
+        if value is not None and "\x00" in value:
+            # PostgreSQL text cannot hold NUL: refuse it here rather than fail in the store
+            raise errors.InvalidRequest(f"{name}: must not contain NUL characters")
     for name in ("since", "until"):
         value = getattr(where, name)
         if value is not None and not _is_time(value):
