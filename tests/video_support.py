@@ -72,6 +72,17 @@ def pattern_video(out: Path, source: str, duration: float = 8, size: str = "640x
     return out
 
 
+def objects_video(out: Path) -> Path:
+    """4 s at 5 fps: a red "person" box throughout, a blue "car" box from 2 s (for the model
+    `build_color_detector` makes)."""
+    run_ffmpeg("-f", "lavfi", "-i", "color=c=gray:size=320x240:rate=5:duration=4", "-vf",
+               "drawbox=x=40:y=60:w=80:h=140:color=red:t=fill,"
+               "drawbox=x=200:y=150:w=100:h=70:color=blue:t=fill:enable='gte(t,2)'",
+               "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p",
+               str(out))  # fmt: skip
+    return out
+
+
 def objects_frame(out: Path) -> Path:
     """A 320x240 grey frame with a red 'person' box at (40,60)-(120,200) and a blue 'car' box
     at (200,150)-(300,220)."""

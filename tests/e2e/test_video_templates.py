@@ -19,6 +19,7 @@ from tests.media_support import make_media
 from tests.video_support import (
     SCENE_CUTS,
     build_color_detector,
+    objects_video,
     pattern_video,
     run_ffmpeg,
     scene_video,
@@ -98,12 +99,7 @@ def test_ocr_video_reads_120_frames_in_3_batches(node: ServedNode, tmp_path: Pat
 
 
 def test_detect_objects_finds_the_person_and_the_car(node: ServedNode, tmp_path: Path) -> None:
-    clip = tmp_path / "objects.mp4"
-    run_ffmpeg("-f", "lavfi", "-i", "color=c=gray:size=320x240:rate=5:duration=4", "-vf",
-               "drawbox=x=40:y=60:w=80:h=140:color=red:t=fill,"
-               "drawbox=x=200:y=150:w=100:h=70:color=blue:t=fill:enable='gte(t,2)'",
-               "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p",
-               str(clip))  # fmt: skip
+    clip = objects_video(tmp_path / "objects.mp4")
     out = process(node, "detect_objects", clip, "conf_threshold=0.5")
     assert "person" in out and "car" in out
     data = last_pipeline(node, "detect_objects")

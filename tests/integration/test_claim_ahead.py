@@ -170,3 +170,66 @@ async def test_a_cancel_that_comes_before_the_claim_result_is_not_lost(tmp_path:
 async def _terminal(n: Node, task_id: str) -> Any:
     task = await n.get_task(task_id)
     return task if task.status.is_terminal else None
+
+
+async def test_inline_tasks_finish_without_a_task_of_their_own_and_log_to_their_attempt(
+    tmp_path: Path,
+) -> None:
+    n = node_with(tmp_path, claim_ahead=64, claim_ahead_window=2.0)
+    await n.start()
+    try:
+        # Given quick work whose executor starts inline (it never waits)
+        pid, refs = await create(
+            n, [{"ref": f"q{i}", "type": "TEST_INLINE", "payload": {}} for i in range(150)]
+        )
+        done = await wait_for(lambda: pipeline_done(n, pid), timeout=60)
+        assert done.status.value == "completed"
+        ids = list(refs.values())
+        for task_id in ids[::15]:
+            task = await n.get_task(task_id)
+            # Then each ran once, with its own result, and what it logged went to its own
+            # attempt's log only (each started in a context of its own)
+            assert task.result == {"task": task_id, "waited": 0.0}
+            assert task.attempt == 1 and task.retry_count == 0
+            log = await n.task_log(task_id)
+            assert f"inline work of {task_id}" in log.text
+            others = [i for i in ids if i != task_id and i in log.text]
+            assert others == [], f"log of {task_id} names other tasks: {others[:3]}"
+    finally:
+        await n.stop(grace=2)
+
+
+async def test_an_inline_task_that_waits_can_be_paused_resumed_and_cancelled(
+    tmp_path: Path,
+) -> None:
+    n = node_with(tmp_path)
+    await n.start()
+    try:
+        pid, refs = await create(
+            n, [{"ref": "w", "type": "TEST_INLINE", "payload": {"seconds": 30}}]
+        )
+        task_id = refs["w"]
+        await wait_for(lambda: n.engine.is_running_here(task_id))
+        # When it is paused while it waits, the pause is recorded; resume lifts it
+        await n.task_action(task_id, "pause")
+        paused = await wait_for(lambda: _paused(n, task_id, True))
+        assert paused.status is S.RUNNING
+        await n.task_action(task_id, "resume")
+        await wait_for(lambda: _paused(n, task_id, False))
+        # And a cancel ends it at once (the 30 s wait is interrupted, not run out)
+        await n.task_action(task_id, "cancel")
+        ended = await wait_for(lambda: _status(n, task_id, S.CANCELLED), timeout=10)
+        assert ended.result is None
+        assert (await pipeline_done(n, pid)) is not None
+    finally:
+        await n.stop(grace=2)
+
+
+async def _paused(n: Node, task_id: str, paused: bool) -> Any:
+    task = await n.get_task(task_id)
+    return task if task.is_paused is paused else None
+
+
+async def _status(n: Node, task_id: str, status: TaskStatus) -> Any:
+    task = await n.get_task(task_id)
+    return task if task.status is status else None

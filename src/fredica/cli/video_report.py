@@ -73,3 +73,11 @@ def print_video_results(console: Console, by_type: dict[str, list[dict[str, Any]
             f"transcoded with {encoded['encoder']} ({encoded['backend']}): "
             f"{encoded['size_bytes']} bytes -> {encoded['output_path']}"
         )
+    upscaled = _result(by_type, "UPSCALE_VIDEO")
+    if upscaled:
+        model = f", model {upscaled['model']}" if upscaled.get("model") else ""
+        console.print(
+            f"upscaled x{upscaled['scale']} ({upscaled['backend']}{model}): "
+            f"{upscaled['source_width']}x{upscaled['source_height']} -> "
+            f"{upscaled['width']}x{upscaled['height']} -> {upscaled['output_path']}"
+        )

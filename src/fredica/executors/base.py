@@ -38,6 +38,12 @@ class TaskExecutor(ABC):
     task_type: ClassVar[str]
     capability: ClassVar[str | None] = None
     pausable: ClassVar[bool] = False
+    #: True: the engine starts `can_skip`/`execute` at once, on its own asyncio task, and makes
+    #: a task of their own only when they first wait (quick work that often never waits, such
+    #: as an in-memory merge, then costs no task at all). Set it only if the executor enters no
+    #: task-bound scope (`asyncio.timeout`, a `TaskGroup`, an httpx or anyio client) before its
+    #: first `await` that suspends: such a scope would bind to the engine's task.
+    starts_inline: ClassVar[bool] = False
 
     @abstractmethod
     async def execute(self, task: models.Task, ctx: TaskContext) -> ExecuteResult:

@@ -69,7 +69,7 @@ class TaskContext:
     log: tasklog.TaskLog = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.log = tasklog.TaskLog(tasklog.log_path(self.data_dir, self.task.id, self.task.attempt))
+        self.log = tasklog.attempt_log(self.data_dir, self.task.id, self.task.attempt)
         # The context is made in the asyncio task that runs this attempt: the executor's
         # `logging` records from here on (and from threads and tasks it starts) go to its log.
         tasklog.bind(self.log)

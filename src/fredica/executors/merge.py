@@ -249,6 +249,7 @@ class MergeTranscriptionExecutor(TaskExecutor):
 
     task_type = MERGE_TRANSCRIPTION
     capability = None
+    starts_inline = True  # in-memory merge and small file writes: enters no task-bound scope
 
     async def can_skip(self, task: models.Task, ctx: TaskContext) -> dict[str, Any] | None:
         if not outputs.caches(task):

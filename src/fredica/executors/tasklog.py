@@ -61,18 +61,37 @@ def log_path(data_dir: Path, task_id: str, attempt: int) -> Path | None:
     return None if directory is None else directory / f"{attempt}.log"
 
 
+def attempt_log(data_dir: Path, task_id: str, attempt: int) -> TaskLog:
+    """The log of one attempt; its path is worked out when something is first written (most
+    attempts of quick tasks write nothing, and a path costs more than the task itself)."""
+    log = TaskLog(None)
+    log._where = (data_dir, task_id, attempt) if names_a_directory(task_id) else None
+    return log
+
+
 class TaskLog:
     """The log of one attempt (thread-safe; the file appears with the first text)."""
 
     def __init__(
         self, path: Path | None, limit: int = MAX_LOG_BYTES, slack: int = TRIM_SLACK_BYTES
     ) -> None:
-        self.path = path
+        self._path = path
+        self._where: tuple[Path, str, int] | None = None  # (data dir, task id, attempt)
         self.limit = limit
         self.slack = slack
         self._lock = threading.Lock()
         self._size: int | None = None
         self._pending_cr = False
+
+    @property
+    def path(self) -> Path | None:
+        if self._where is not None:
+            self._path, self._where = log_path(*self._where), None
+        return self._path
+
+    @path.setter
+    def path(self, value: Path | None) -> None:
+        self._path, self._where = value, None
 
     def write(self, text: str) -> None:
         """Append `text`; carriage returns (progress lines) become line ends."""
@@ -204,13 +223,14 @@ class _Handler(logging.Handler):
 
 _handler = _Handler(logging.INFO)
 _install_lock = threading.Lock()
+_target = logging.getLogger(_LOGGER)
 
 
 def bind(log: TaskLog) -> None:
     """Send the `fredica.*` records of the current context (an attempt's asyncio task, and the
     threads and tasks it starts, which copy its context) to `log`."""
-    with _install_lock:
-        target = logging.getLogger(_LOGGER)
-        if _handler not in target.handlers:
-            target.addHandler(_handler)
+    if _handler not in _target.handlers:
+        with _install_lock:
+            if _handler not in _target.handlers:
+                _target.addHandler(_handler)
     _current.set(log)

@@ -43,6 +43,7 @@ from fredica.node import (
     cleanup,
     cluster,
     disk,
+    gctune,
     notify,
     quality,
     recovery,
@@ -298,6 +299,7 @@ class Node:
             logger.info(
                 "node is draining (fredica node undrain ends it)", extra={"action": "drain"}
             )
+        gctune.tune_once()  # start-up has built what lives as long as the process
         self.recovery = await self.engine.start()
         await self._store.set_config(KEY_RECOVERY, json.dumps(self.recovery.summary()))
         await self.register_self()

@@ -3,8 +3,10 @@
 Templates: `ocr_video` (EXTRACT_FRAMES -> OCR_FRAME_BATCH x M -> MERGE_OCR_RESULTS),
 `detect_objects` (EXTRACT_FRAMES -> DETECT_FRAME_BATCH x N -> MERGE_DETECT_RESULTS), `fingerprint`
 (FINGERPRINT_VIDEO), `transcode` (TRANSCODE), `video_overview` (GENERATE_THUMBNAIL +
-DETECT_SCENES), and `transcribe_ocr`: the seed's combined pipeline, full_process plus the OCR
-branch, with AI_ANALYZE reading the transcript and the on-screen text together.
+DETECT_SCENES), `upscale` (UPSCALE_VIDEO, then TRANSCODE spawned when it completes, HARD-affine
+to the node that holds the upscaled file: seed §3.9), and `transcribe_ocr`: the seed's
+combined pipeline, full_process plus the OCR branch, with AI_ANALYZE reading the transcript
+and the on-screen text together.
 A URL source is downloaded first (DOWNLOAD_VIDEO); a local file is read in place, so the tasks
 that read it are HARD-affine to this node.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +37,7 @@ from fredica.executors import (
     ocr,
     outputs,
     scenes,
+    upscale,
     video,
 )
 from fredica.pipelines import media
@@ -61,6 +65,7 @@ CACHE = {
     video.GENERATE_THUMBNAIL: CP.CHECK_EXISTING,
     scenes.DETECT_SCENES: CP.CHECK_EXISTING,
     video.FINGERPRINT_VIDEO: CP.CHECK_EXISTING,
+    upscale.UPSCALE_VIDEO: CP.CHECK_EXISTING,
     ANALYZE: CP.NONE,
 }
 # what reads the source video (their payloads get `video_path`, HARD affinity when local)
@@ -71,6 +76,7 @@ READS_SOURCE = frozenset(
         video.GENERATE_THUMBNAIL,
         scenes.DETECT_SCENES,
         video.FINGERPRINT_VIDEO,
+        upscale.UPSCALE_VIDEO,
     }
 )
 FRAME_PARAMS = ("fps", "format", "start_sec", "end_sec")
@@ -86,6 +92,7 @@ TRANSCODE_PARAMS = (
     "audio_codec",
     "audio_bitrate",
 )
+UPSCALE_PARAMS = ("scale", "model", "content_type", "tile_size")
 PARAMS: dict[str, frozenset[str]] = {
     "ocr_video": frozenset({*FRAME_PARAMS, *OCR_PARAMS, "batch_size", "analyze", "prompt"}),
     "detect_objects": frozenset(
@@ -94,6 +101,9 @@ PARAMS: dict[str, frozenset[str]] = {
     "fingerprint": frozenset({"fps", "analyze"}),
     "transcode": frozenset({*TRANSCODE_PARAMS, "analyze"}),
     "video_overview": frozenset({"threshold", "count", "width", "columns", "analyze"}),
+    "upscale": frozenset(
+        {*UPSCALE_PARAMS, *(p for p in TRANSCODE_PARAMS if p not in ("width", "height"))}
+    ),
 }
 
 
@@ -247,6 +257,8 @@ class VideoTemplate(Template):
         if self.name == "fingerprint":
             payload = {**src, **_pick(params, ("fps",)), "output_path": f"fingerprints/{mdir}.json"}
             plan.add("fingerprint", video.FINGERPRINT_VIDEO, payload, first)
+        elif self.name == "upscale":
+            upscale_plan(plan, params, src, first, mdir)
         elif self.name == "transcode":
             container = str(params.get("container") or "mp4")
             payload = {**src, **_pick(params, TRANSCODE_PARAMS)}
@@ -340,6 +352,8 @@ def video_hook(done: SpawnInput) -> SpawnPlan | None:
         )
     if task.type == FRAMES:
         return spawn_batches(done, result)
+    if task.type == upscale.UPSCALE_VIDEO:
+        return spawn_transcode(done, result)
     if task.type in MERGE_OF:
         return _batch_done(done, task.type)
     if task.type in (OCR_MERGE, DET_MERGE):
@@ -351,6 +365,31 @@ def _waiting(done: SpawnInput) -> list[models.Task]:
     return [t for t in done.siblings if t.status is models.TaskStatus.PENDING]
 
 
+def spawned(
+    done: SpawnInput,
+    ttype: str,
+    payload: dict[str, Any],
+    affinity: Callable[[str], models.Affinity],
+) -> models.NewTask:
+    """A task spawned by `done`'s completion, depending on it, placed by `affinity` relative to
+    the node that ran `done` (which holds its files)."""
+    params = done.pipeline.params
+    spec = task_spec(
+        ttype,
+        payload,
+        (done.task.id,),
+        done.pipeline,
+        int(params.get("priority") or 5),
+        str(params.get("cloud_preference") or "auto"),
+        done.pipeline.publisher_id,
+        str(uuid.uuid4()),
+    )
+    holder = done.task.claimed_by
+    if holder:
+        spec = dataclasses.replace(spec, affinity=affinity(holder), file_node_id=holder)
+    return spec
+
+
 def spawn_batches(done: SpawnInput, result: dict[str, Any]) -> SpawnPlan | None:
     """EXTRACT_FRAMES done: one batch task per `batch_size` frames for every merge waiting in
     the pipeline, SOFT-affine to the frame node; each merge depends on all its batches."""
@@ -360,7 +399,6 @@ def spawn_batches(done: SpawnInput, result: dict[str, Any]) -> SpawnPlan | None:
         {"path": f["path"], "timestamp_sec": f.get("timestamp_sec")}
         for f in result.get("frames") or []
     ]
-    holder = done.task.claimed_by
     new: list[models.NewTask] = []
     deps: dict[str, tuple[str, ...]] = {}
     patches: dict[str, dict[str, Any]] = {}
@@ -378,25 +416,54 @@ def spawn_batches(done: SpawnInput, result: dict[str, Any]) -> SpawnPlan | None:
                 "batch_index": index,
                 "batch_count": len(chunks),
             }
-            spec = task_spec(
-                kind,
-                payload,
-                (done.task.id,),
-                done.pipeline,
-                int(params.get("priority") or 5),
-                str(params.get("cloud_preference") or "auto"),
-                done.pipeline.publisher_id,
-                str(uuid.uuid4()),
-            )
-            if holder:
-                spec = dataclasses.replace(
-                    spec, affinity=models.Affinity.soft(holder), file_node_id=holder
-                )
-            new.append(spec)
+            new.append(spawned(done, kind, payload, models.Affinity.soft))
         ids = tuple(str(t.id) for t in new if t.type == kind)
         deps[merge_task.id] = ids
         patches[merge_task.id] = {"batch_count": len(ids), "batches": []}
     return SpawnPlan(new_tasks=tuple(new), add_dependencies=deps, patch_payloads=patches)
+
+
+def _upscaled_transcode(params: dict[str, Any], mdir: str) -> dict[str, Any]:
+    """The TRANSCODE payload of an `upscale` pipeline (without its input); PayloadError if the
+    parameters cannot work together."""
+    payload = _pick(params, TRANSCODE_PARAMS)
+    key = outputs.input_hash({k: params.get(k) for k in sorted(PARAMS["upscale"])})[:10]
+    payload["output_path"] = f"upscaled/{mdir}/{key}.{payload.get('container') or 'mp4'}"
+    video.transcode_args("ffmpeg-cpu", payload)
+    return payload
+
+
+def upscale_plan(
+    plan: _Plan, params: dict[str, Any], src: dict[str, Any], first: list[str], mdir: str
+) -> None:
+    """UPSCALE_VIDEO now; its TRANSCODE is spawned on the node that ran it (`spawn_transcode`)."""
+    if params.get("content_type") not in (None, "anime", "general"):
+        raise errors.InvalidRequest("params.content_type: expected anime or general")
+    try:  # a bad combination is a 4xx now, not a failed task later
+        upscale.choose_scale(params, {})
+        if params.get("model") is not None and not isinstance(params["model"], str):
+            raise errors.PayloadError("payload.model must be a model name")
+        _upscaled_transcode(params, mdir)
+    except errors.PayloadError as exc:
+        raise errors.InvalidRequest(f"params: {exc.message.removeprefix('payload.')}") from exc
+    payload = {**src, **_pick(params, UPSCALE_PARAMS)}
+    key = outputs.input_hash({**payload, "video_path": None})[:10]
+    payload["output_path"] = f"upscaled/{mdir}/{key}.x{params.get('scale', 2)}.mkv"
+    plan.add("upscale", upscale.UPSCALE_VIDEO, payload, first)
+
+
+def spawn_transcode(done: SpawnInput, result: dict[str, Any]) -> SpawnPlan | None:
+    """UPSCALE_VIDEO done: TRANSCODE its output on the same node (HARD: the intermediate file
+    is large and exists only there, seed §3.9)."""
+    if done.pipeline.template != "upscale" or "output_path" not in result:
+        return None
+    params = done.pipeline.params
+    mdir = outputs.safe_name(done.pipeline.material_id)
+    payload = {
+        **_upscaled_transcode(dict(params.get("user_params") or {}), mdir),
+        "input_path": result["output_path"],
+    }
+    return SpawnPlan(new_tasks=(spawned(done, video.TRANSCODE, payload, models.Affinity.hard),))
 
 
 def _batch_done(done: SpawnInput, batch_type: str) -> SpawnPlan:
@@ -581,6 +648,10 @@ TEMPLATES: tuple[tuple[str, str], ...] = (
     ("fingerprint", "Perceptual hash (pHash) of one frame per second, for duplicate finding."),
     ("transcode", "Re-encode a video (codec, CRF or bitrate, container, resolution)."),
     ("video_overview", "Cover, thumbnails, a sprite sheet and the scene timeline."),
+    (
+        "upscale",
+        "Super-resolution 2x/4x (Real-ESRGAN), then re-encode on the same node (TRANSCODE).",
+    ),
 )
 
 
@@ -591,6 +662,7 @@ def register_video(registry: Registrar) -> None:
         scenes.DetectScenesExecutor(),
         *ocr.executors(),
         *detect.executors(),
+        *upscale.executors(),
     ):
         registry.add_executor(executor)
     for name, description in TEMPLATES:

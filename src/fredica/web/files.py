@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,41 @@ async def result_file(task_id: str, name: str, node: deps.NodeDep) -> Response:
     if found is None:
         raise domain_errors.NotFound(f"no file {name!r} in the results of task {task_id}")
     return FileResponse(found.target, filename=found.target.name, content_disposition_type="inline")
+
+
+@router.get("/files/outputs/{task_id}", response_model=None)
+async def task_output(task_id: str, path: str, node: deps.NodeDep) -> Response:
+    """A file that a task's result names (`?path=` exactly as the result has it): thumbnails,
+    sprites and scene frames, which the video executors write under the data dir rather than
+    the task's result dir. Served only if it is on this node, under its data dir and not
+    private; 404 when the result names no such file, 400 for a malformed path."""
+    task = await node.get_task(task_id)
+    if path not in set(named_strings(task.result)):
+        raise domain_errors.NotFound(f"the result of task {task_id} names no file {path!r}")
+    data_dir = node.settings.data_dir.resolve()
+    candidate = Path(path)
+    if candidate.is_absolute():
+        try:
+            candidate = candidate.resolve().relative_to(data_dir)
+        except (ValueError, OSError):
+            raise domain_errors.NotFound(f"{path!r} is not on this node") from None
+    try:
+        found = await node.served_file(candidate.as_posix())
+    except cluster_files.PathRefused as exc:
+        return errors.respond(400, errors.MALFORMED, exc.message)
+    return FileResponse(found.target, stat_result=found.stat, content_disposition_type="inline")
+
+
+def named_strings(value: Any) -> Iterator[str]:
+    """Every string in a result (nested lists and objects included)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from named_strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from named_strings(item)
 
 
 @dataclass(frozen=True)

@@ -208,8 +208,8 @@ export function renderPipeline(app, pipelineId) {
   }
 
   async function showResults(tasks) {
-    const { transcript, analysis } = findResults(tasks);
-    const key = [transcript, analysis].map((task) => task && `${task.id}:${task.change_seq}`);
+    const { transcript, analysis, vision } = findResults(tasks);
+    const key = [transcript, analysis, ...vision].map((task) => task && `${task.id}:${task.change_seq}`);
     key.push(state.nodeId); // which files are here is known once the node said who it is
     if (key.join() === view.resultsKey) return;
     view.resultsKey = key.join();

@@ -7,11 +7,13 @@ import { get, withToken } from "./api.js";
 import { t } from "./i18n.js";
 import { clear, formatBytes, h, put, toast } from "./dom.js";
 import { filesElsewhere, remoteFilesNote } from "./owners.js";
+import { findVisionResults, visionSections } from "./vision_results.js";
 
 const TRANSCRIPT_TYPES = ["MERGE_TRANSCRIPTION", "TRANSCRIBE", "TRANSCRIBE_CHUNK"];
 const HIDDEN_FILE = /\.meta\.json$/; // bookkeeping next to each output, not an output itself
 
-/** The tasks whose results the view shows: {transcript, analysis} (either may be null). */
+/** The tasks whose results the view shows: {transcript, analysis} (either may be null) and
+ * `vision`, the completed video tasks (vision_results.js). */
 export function findResults(tasks) {
   const done = tasks.filter((task) => task.status === "completed" && task.result);
   const transcript =
@@ -19,7 +21,7 @@ export function findResults(tasks) {
       done.find((task) => task.type === type && Array.isArray(task.result.segments)),
     ).find(Boolean) || null;
   const analysis = done.find((task) => typeof task.result.summary === "string") || null;
-  return { transcript, analysis };
+  return { transcript, analysis, vision: findVisionResults(done) };
 }
 
 /** 75.4 -> "01:15", 3725 -> "1:02:05". */
@@ -179,8 +181,8 @@ function analysisSection(analysis) {
  * hides the box) when the pipeline has nothing to show yet.
  */
 export async function renderResults(box, title, tasks) {
-  const { transcript, analysis } = findResults(tasks);
-  if (!transcript && !analysis) {
+  const { transcript, analysis, vision } = findResults(tasks);
+  if (!transcript && !analysis && !vision.length) {
     box.hidden = true;
     return false;
   }
@@ -224,6 +226,7 @@ export async function renderResults(box, title, tasks) {
       { class: "results-grid" },
       analysis ? analysisSection(analysis) : null,
       transcript ? transcriptSection(transcript) : null,
+      ...visionSections(vision),
     ),
   );
   return true;
