@@ -13,7 +13,7 @@ import pytest
 
 from . import test_web_results as web_results
 from .conftest import ServedNode
-from .test_web import WAIT_MS, expect, live
+from .test_web import WAIT_MS, expect, live, screenshot
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -96,6 +96,7 @@ def test_search_finds_a_pipeline_by_its_file_name(
     )
     box = row.bounding_box()
     assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width
+    screenshot(page, f"history-{width}-{locale[:2]}")
     # a URL is found by part of it too; nothing matches an unknown name
     page.locator("#history-search").fill("example.org/podcast")
     podcast = page.locator(f".history-table tr[data-pipeline-id='{pipelines['podcast']}']")
