@@ -163,6 +163,21 @@ async def test_ended_pipelines_are_posted_signed_with_retries(
     assert "T0KEN" not in logged, "the webhook URL's key must not reach the logs"
 
 
+async def test_a_stopping_node_still_sends_what_its_last_work_ended(
+    tmp_path: Path, webhook: Webhook
+) -> None:
+    config = {"notifications": {"webhook_url": webhook.url, "retries": 1, "backoff_sec": 0.5}}
+    webhook.script = [503]  # the retry falls into the node's stop
+    async with node_client(tmp_path, config=config) as (client, node):
+        r = await client.post("/api/v1/pipelines", json=pipeline("/media/last.mp4", SLEEP))
+        pid = r.json()["pipeline_id"]
+        await webhook.wait_for(1)  # the first attempt was answered 503: stop now
+    # Then the stop waited for the retry (a cancel would have dropped it)
+    bodies = await webhook.wait_for(2, timeout=0.1)
+    assert [b["pipeline_id"] for b in bodies] == [pid, pid]
+    assert list(node.notifier.deliveries)[-1].delivered
+
+
 async def test_a_refusal_is_final_and_a_dead_webhook_is_given_up(
     webhook: Webhook, caplog: pytest.LogCaptureFixture
 ) -> None:

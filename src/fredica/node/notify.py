@@ -8,6 +8,8 @@ reached an end the config asks for, and queues one notice per end. A separate se
 them one at a time, retrying a failed attempt (no answer, 5xx, 408, 429) `retries` times with
 doubling waits; other 4xx are final. Nothing here runs inside the engine: a slow or dead
 webhook only delays later notices, and a full queue drops the newest notice with a warning.
+A stopping node reads the ends its last work caused and gives the webhook a few seconds for
+what is queued (`Node._stop_notifier`).
 The webhook URL is never logged whole (chat services put their key in it); with
 `webhook_secret` each body carries an HMAC-SHA256 signature instead of the secret itself.
 """
@@ -158,28 +160,24 @@ class Notifier:
         self._sleep = sleep
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(QUEUE_MAX)
         self._seen: collections.OrderedDict[tuple[str, float], None] = collections.OrderedDict()
-        #: how each notice's sending ended, newest last (for `fredica status` and tests)
+        #: the change cursor up to which ends were looked at
+        self.cursor = 0
+        #: how each notice's sending ended, newest last (for tests and diagnosis)
         self.deliveries: collections.deque[Delivery] = collections.deque(maxlen=100)
 
     @property
     def enabled(self) -> bool:
         return bool(self.config.webhook_url)
 
-    async def follow(
-        self,
-        feed: Feed,
-        read_changes: ReadChanges,
-        read_tasks: ReadTasks,
-        cursor: int,
-    ) -> None:
+    async def follow(self, feed: Feed, read_changes: ReadChanges, read_tasks: ReadTasks) -> None:
         """Queue a notice for every wanted end that the change feed shows after `cursor`,
-        until the feed closes (or this is cancelled). A failed read is logged and retried at
-        the next change: notices must never stop the node."""
+        until the feed closes (or this is cancelled; `catch_up` then reads what is left). A
+        failed read is logged and tried again at the next change: notices never stop the node."""
         version = 0
         while not feed.is_closed:
             version = await feed.wait(version, IDLE_WAIT_SEC)
             try:
-                cursor = await self._read_all(read_changes, read_tasks, cursor)
+                await self.catch_up(read_changes, read_tasks)
             except Exception:
                 if feed.is_closed:
                     return
@@ -187,14 +185,29 @@ class Notifier:
                     "reading changes for notifications failed", extra={"action": "notify_read"}
                 )
 
-    async def _read_all(self, read_changes: ReadChanges, read_tasks: ReadTasks, cursor: int) -> int:
+    async def catch_up(self, read_changes: ReadChanges, read_tasks: ReadTasks) -> None:
+        """Queue the notices of every change after `cursor` (and move `cursor` past them)."""
         while True:
-            batch = await read_changes(cursor, CHANGES_BATCH)
-            cursor = batch.cursor
+            batch = await read_changes(self.cursor, CHANGES_BATCH)
             for pipeline in batch.pipelines:
                 await self.consider(pipeline, read_tasks)
+            self.cursor = batch.cursor
             if len(batch.tasks) < CHANGES_BATCH and len(batch.pipelines) < CHANGES_BATCH:
-                return cursor
+                return
+
+    async def flush(self, timeout: float) -> bool:
+        """Wait (at most `timeout` seconds) until every queued notice was sent or given up;
+        whether that happened."""
+        try:
+            await asyncio.wait_for(self._queue.join(), timeout)
+        except TimeoutError:
+            logger.warning(
+                "stopping with %d notification(s) unsent",
+                self._queue.qsize(),
+                extra={"action": "notify_drop"},
+            )
+            return False
+        return True
 
     async def consider(self, pipeline: models.Pipeline, read_tasks: ReadTasks) -> None:
         """Queue a notice if `pipeline` (a changed row) is an end of one of this node's
@@ -227,7 +240,12 @@ class Notifier:
         ) as client:
             while True:
                 body = await self._queue.get()
-                self.deliveries.append(await self.send(client, body))
+                try:
+                    self.deliveries.append(await self.send(client, body))
+                except Exception:  # a bug here must not end the sender
+                    logger.exception("notification not sent", extra={"action": "notify_failed"})
+                finally:
+                    self._queue.task_done()
 
     async def send(self, client: httpx.AsyncClient, body: dict[str, Any]) -> Delivery:
         """POST one notice, retrying as the config says; never raises."""
