@@ -547,8 +547,8 @@ class TaskStore(ABC):
     ) -> list[Task]:
         """Tasks (of a pipeline oldest first, else newest first: `created_at`, then the order
         of insertion), in any of `status` (None or empty: any), matching `where`. A filter
-        that cannot match (`since` after `until`, `q` too long) is refused with
-        `InvalidRequest`."""
+        no list can answer (`since` not before `until`, `q` too long, a NUL character) is
+        refused with `InvalidRequest` (`history.check_filter`)."""
 
     @abstractmethod
     async def page_tasks(
