@@ -278,6 +278,19 @@ storage:
 store:
   url: ""
 
+# -- Notifications -------------------------------------------------------------------------------
+# A JSON POST (pipeline id, title, template, status, durations, link) when a pipeline this node
+# owns ends; retried with backoff, never holding up the work. The web page also shows a browser
+# notification when it is open and allowed to.
+notifications:
+  webhook_url: ""          # e.g. "https://hooks.example.org/fredica"; empty: none
+  on: ["completed", "failed"]  # completed | failed (also partial_failed) | cancelled
+  webhook_secret: ""       # set: each body is signed (X-Fredica-Signature: sha256=<HMAC>)
+  public_url: ""           # the web UI's address in the link, e.g. behind a proxy; empty: this node
+  timeout_sec: 10
+  retries: 3               # further attempts after a failure, waiting backoff_sec, 2x, 4x...
+  backoff_sec: 2
+
 # -- Maintained by the program; do not edit ------------------------------------------------------
 _runtime:
   last_shutdown_type: ""   # CLEAN | CRASH

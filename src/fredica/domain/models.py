@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 JSON = dict[str, Any]
@@ -221,6 +222,25 @@ class Pipeline:
 
     def to_json(self) -> JSON:
         return _slots_json(self)
+
+    @property
+    def title(self) -> str:
+        return display_title(self.params, self.material_id)
+
+
+def display_title(params: JSON | None, material_id: str | None) -> str:
+    """What people recognise a pipeline by: its `title` param, else its source's file name (a
+    URL whole), else its material id."""
+    params = params or {}
+    title = params.get("title")
+    if isinstance(title, str) and title.strip():
+        return title.strip()
+    source = params.get("source")
+    if isinstance(source, str) and source:
+        if source.startswith(("http://", "https://")):
+            return source
+        return PurePosixPath(source.removeprefix("file://")).name or source
+    return str(material_id or "")
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from fredica.cluster.router import OwnerRouter
 from fredica.config import schema as config
 from fredica.domain import errors, models, node_state
 from fredica.domain.clock import Clock, SystemClock
+from fredica.domain.history import ListFilter
 from fredica.domain.models import ShutdownType
 from fredica.domain.wire import event_from_json, pipeline_from_json, task_from_json
 from fredica.engine.backends import BackendSelector
@@ -44,6 +45,7 @@ from fredica.node import (
     cluster,
     disk,
     gctune,
+    notify,
     quality,
     recovery,
     servable,
@@ -74,6 +76,7 @@ KEY_PREVIOUS_SHUTDOWN = "previous_shutdown_type"
 KEY_RECOVERY = "startup_recovery"
 REPLICA_BATCH = 500  # rows per replication pull
 STOP_STEP_SEC = 10.0  # seconds a step of stopping may take beyond the shutdown grace
+NOTIFY_FLUSH_SEC = 5.0  # seconds a stopping node gives its webhook for the notices left
 PUSH_INTERVAL = 0.25  # seconds: at most one change notice to the peers per interval
 KEY_DRAINING = "draining"  # "1" while drained: survives a restart until `undrain`
 NETWORK_FS_TYPES = frozenset({"nfs", "nfs4", "cifs", "smbfs", "smb3", "9p", "fuse.sshfs", "afpfs"})
@@ -249,6 +252,10 @@ class Node:
             on_freed=self.disk.forget_usage,
         )
         self._sweeping: asyncio.Task[None] | None = None
+        #: worker.yaml `notifications`: a webhook told when a pipeline of this node ends
+        self.notifier = notify.Notifier(cfg.notifications, settings.node_id, self.address)
+        #: the notifier's side loops while it runs: (follow the changes, send)
+        self._notifying: tuple[asyncio.Task[None], asyncio.Task[None]] | None = None
 
     @property
     def node_id(self) -> str:
@@ -305,6 +312,8 @@ class Node:
         self.started_at = now
         self._presence = asyncio.create_task(self._presence_loop(), name="fredica-presence")
         self._sweeping = asyncio.create_task(self.sweeper.run(self.changes), name="fredica-sweep")
+        if self.notifier.enabled:
+            await self._start_notifier()
         if self.membership is not None:
             self.membership.start()
         if self.discovery is not None:
@@ -600,9 +609,7 @@ class Node:
         self.changes.close()
         for side in (self._presence, self._sweeping):
             if side is not None:
-                side.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await side
+                await _cancel(side)
         if self.discovery is not None:
             # unregister (mDNS goodbye) while the network is up
             await self._bounded("mDNS discovery", self.discovery.stop(), STOP_STEP_SEC)
@@ -610,11 +617,37 @@ class Node:
         await self._bounded("the engine", self.engine.stop(grace), shutdown_grace + STOP_STEP_SEC)
         if self.membership is not None:
             await self._bounded("membership", self.membership.stop(), STOP_STEP_SEC)
+        if self._notifying is not None:
+            await self._bounded(
+                "notifications", self._stop_notifier(), NOTIFY_FLUSH_SEC + STOP_STEP_SEC
+            )
         await self.register_self("offline")
         await self._store.set_config(KEY_LAST_SHUTDOWN, ShutdownType.CLEAN.value)
         await self._store.close()
         self._lock.release()
         logger.info("node %s stopped cleanly", self.node_id, extra={"action": "node_stop"})
+
+    async def _start_notifier(self) -> None:
+        """Follow the change feed from now on and post a notice per ended pipeline."""
+        self.notifier.cursor = await self._store.latest_cursor()
+        follow = self.notifier.follow(self.changes, self.changes_since, self._tasks_of)
+        self._notifying = (
+            asyncio.create_task(follow, name="fredica-notify-follow"),
+            asyncio.create_task(self.notifier.send_forever(), name="fredica-notify-send"),
+        )
+
+    async def _stop_notifier(self) -> None:
+        """After the engine stopped: notice the ends its last work caused, and give the
+        webhook a few seconds to take what is queued."""
+        assert self._notifying is not None
+        follow, send = self._notifying
+        await _cancel(follow)
+        await self.notifier.catch_up(self.changes_since, self._tasks_of)
+        await self.notifier.flush(NOTIFY_FLUSH_SEC)
+        await _cancel(send)
+
+    async def _tasks_of(self, pipeline_id: str) -> list[models.Task]:
+        return await self._store.list_tasks(pipeline_id, limit=100_000)
 
     @staticmethod
     async def _bounded(what: str, step: Coroutine[Any, Any, None], timeout: float) -> None:
@@ -1057,8 +1090,9 @@ class Node:
         limit: int = 100,
         cursor: str | None = None,
         offset: int = 0,
+        where: ListFilter | None = None,
     ) -> Page[models.Pipeline]:
-        return await self._store.page_pipelines(status, limit, cursor, offset)
+        return await self._store.page_pipelines(status, limit, cursor, offset, where)
 
     async def get_pipeline(self, pipeline_id: str) -> models.Pipeline:
         return await self._store.get_pipeline(pipeline_id)
@@ -1134,8 +1168,11 @@ class Node:
         limit: int = 100,
         cursor: str | None = None,
         offset: int = 0,
+        where: ListFilter | None = None,
     ) -> Page[models.Task]:
-        return await self._store.page_tasks(pipeline_id, status, task_type, limit, cursor, offset)
+        return await self._store.page_tasks(
+            pipeline_id, status, task_type, limit, cursor, offset, where
+        )
 
     async def get_task(self, task_id: str) -> models.Task:
         return await self._store.get_task(task_id)
@@ -1219,6 +1256,13 @@ class Node:
 
     async def put_setting(self, key: str, value: str) -> None:
         await self._store.set_config(key, value)
+
+
+async def _cancel(side: asyncio.Task[None]) -> None:
+    """Cancel a side loop and wait until it ended."""
+    side.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await side
 
 
 def warn_if_network_fs(path: Path) -> None:

@@ -22,8 +22,9 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from fredica.domain import errors
+from fredica.domain import errors, history
 from fredica.domain.clock import Clock
+from fredica.domain.history import ListFilter
 from fredica.domain.models import JSON, NewPipeline, NewTask, Pipeline, Task, TaskEvent
 from fredica.store import control, lists, peering, work
 from fredica.store.base import (
@@ -456,9 +457,13 @@ class SQLStore(TaskStore):
         return await self._read(read)
 
     async def list_pipelines(
-        self, status: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        where: ListFilter | None = None,
     ) -> list[Pipeline]:
-        page = await self.page_pipelines(status, limit, None, offset)
+        page = await self.page_pipelines(status, limit, None, offset, where)
         return page.items
 
     async def page_pipelines(
@@ -467,11 +472,13 @@ class SQLStore(TaskStore):
         limit: int = 100,
         cursor: str | None = None,
         offset: int = 0,
+        where: ListFilter | None = None,
     ) -> Page[Pipeline]:
         _check_limit(limit)
+        history.check_filter(where)
         after = lists.decode_cursor(lists.PIPELINE_CURSOR, cursor) if cursor else None
         # One row more than asked says whether a next page exists.
-        sql, params = lists.pipeline_query(status, limit + 1, offset, after)
+        sql, params = lists.pipeline_query(status, limit + 1, offset, after, self.dialect, where)
         rows = await self._read(lambda conn: list(conn.execute(sql, params)))
         return _page(rows, limit, lists.PIPELINE_CURSOR, row_to_pipeline)
 
@@ -482,8 +489,12 @@ class SQLStore(TaskStore):
         task_type: str | None = None,
         limit: int = 500,
         offset: int = 0,
+        where: ListFilter | None = None,
     ) -> list[Task]:
-        sql, params = lists.task_query(self.dialect, pipeline_id, status, task_type, limit, offset)
+        history.check_filter(where)
+        sql, params = lists.task_query(
+            self.dialect, pipeline_id, status, task_type, limit, offset, where=where
+        )
         return await self._read(lambda conn: [row_to_task(r) for r in conn.execute(sql, params)])
 
     async def page_tasks(
@@ -494,11 +505,13 @@ class SQLStore(TaskStore):
         limit: int = 100,
         cursor: str | None = None,
         offset: int = 0,
+        where: ListFilter | None = None,
     ) -> Page[Task]:
         _check_limit(limit)
+        history.check_filter(where)
         after = lists.decode_cursor(lists.TASK_CURSOR, cursor) if cursor else None
         sql, params = lists.task_query(
-            self.dialect, pipeline_id, status, task_type, limit + 1, offset, after
+            self.dialect, pipeline_id, status, task_type, limit + 1, offset, after, where
         )
         rows = await self._read(lambda conn: list(conn.execute(sql, params)))
         return _page(rows, limit, lists.TASK_CURSOR, row_to_task)

@@ -24,7 +24,8 @@ from fredica.web.panel import cluster_panel
 
 STATIC_DIR = Path(__file__).parent / "static"
 INDEX_HTML = STATIC_DIR / "index.html"
-PAGES = ("/", "/processing", "/tools", "/pipelines/{pipeline_id}")
+PAGES: tuple[str, ...] = ("/", "/processing", "/tools", "/pipelines/{pipeline_id}")
+PAGES += ("/history",)
 
 router = APIRouter(tags=["web"])
 

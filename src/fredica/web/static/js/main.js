@@ -6,12 +6,15 @@ import { checkRecovery } from "./dialogs.js";
 import { renderProcessing } from "./processing.js";
 import { renderPipeline } from "./pipeline.js";
 import { renderTools } from "./tools.js";
+import { renderHistory } from "./history.js";
+import "./notifications.js";
 import { clear } from "./dom.js";
 
 const ROUTES = [
   [/^\/(processing)?\/?$/, "processing", () => renderProcessing],
   [/^\/tools\/?$/, "tools", () => renderTools],
   [/^\/pipelines\/([^/]+)\/?$/, "processing", () => renderPipeline],
+  [/^\/history\/?$/, "history", () => renderHistory],
 ];
 
 let cleanup = null;

@@ -91,7 +91,14 @@ async function outputFiles(tasks) {
   return lists.flat().filter((file) => !HIDDEN_FILE.test(file.name));
 }
 
+// files named for what they hold rather than their format (AI_ANALYZE writes them)
+const NAMED_FILES = {
+  "summary.md": "results.file.summary",
+  "analysis.json": "results.file.analysis",
+};
+
 function fileLabel(name) {
+  if (NAMED_FILES[name]) return t(NAMED_FILES[name]);
   const ext = name.includes(".") ? name.split(".").pop().toUpperCase() : name;
   return t(`results.file.${ext.toLowerCase()}`, {}, ext);
 }
@@ -187,7 +194,12 @@ export async function renderResults(box, title, tasks) {
   const downloads = h("div", { class: "downloads", id: "downloads" });
   for (const file of files) {
     downloads.append(
-      downloadButton(withToken(file.url), file.name.split("/").pop(), fileLabel(file.name), file.size),
+      downloadButton(
+        withToken(file.url),
+        file.name.split("/").pop(),
+        fileLabel(file.name.split("/").pop()),
+        file.size,
+      ),
     );
   }
   const elsewhere = new Map();
@@ -196,7 +208,8 @@ export async function renderResults(box, title, tasks) {
     if (node && !elsewhere.has(node)) elsewhere.set(node, task);
   }
   for (const task of elsewhere.values()) downloads.append(remoteFilesNote(task));
-  if (analysis) {
+  // Older analyses have no files on the node: their summary.md and analysis.json are made here.
+  if (analysis && !analysis.result.files) {
     downloads.append(
       blobDownload("summary.md", t("results.file.summary"), summaryMarkdown(title, analysis.result), "text/markdown"),
       blobDownload("analysis.json", t("results.file.analysis"), JSON.stringify(analysis.result, null, 2), "application/json"),
