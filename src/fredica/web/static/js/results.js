@@ -7,6 +7,7 @@ import { get, withToken } from "./api.js";
 import { t } from "./i18n.js";
 import { clear, formatBytes, h, put, toast } from "./dom.js";
 import { filesElsewhere, remoteFilesNote } from "./owners.js";
+import { playerBlock } from "./player.js";
 
 const TRANSCRIPT_TYPES = ["MERGE_TRANSCRIPTION", "TRANSCRIBE", "TRANSCRIBE_CHUNK"];
 const HIDDEN_FILE = /\.meta\.json$/; // bookkeeping next to each output, not an output itself
@@ -101,7 +102,7 @@ function transcriptSection(transcript) {
     list.append(
       h(
         "li",
-        { class: "segment" },
+        { class: "segment", dataset: { start: String(seg.start), end: String(seg.end) } },
         h("time", { class: "seg-time", title: `${clock(seg.start)}–${clock(seg.end)}` }, clock(seg.start)),
         h("span", { class: "seg-text" }, String(seg.text).trim()),
       ),
@@ -173,7 +174,8 @@ function analysisSection(analysis) {
  */
 export async function renderResults(box, title, tasks) {
   const { transcript, analysis } = findResults(tasks);
-  if (!transcript && !analysis) {
+  const player = await playerBlock(tasks, { hasTranscript: Boolean(transcript) });
+  if (!transcript && !analysis && !player) {
     box.hidden = true;
     return false;
   }
@@ -200,17 +202,22 @@ export async function renderResults(box, title, tasks) {
       blobDownload("analysis.json", t("results.file.analysis"), JSON.stringify(analysis.result, null, 2), "application/json"),
     );
   }
+  const transcriptBlock = transcript ? transcriptSection(transcript) : null;
+  if (player && transcriptBlock) {
+    player.bindTranscript(transcriptBlock.querySelector(".transcript"));
+  }
   clear(box);
   box.hidden = false;
   put(
     box,
     h("div", { class: "card-head" }, h("h2", {}, t("results.title"))),
     h("div", { class: "downloads-wrap" }, h("h3", {}, t("results.downloads")), downloads),
+    player ? player.section : null,
     h(
       "div",
       { class: "results-grid" },
       analysis ? analysisSection(analysis) : null,
-      transcript ? transcriptSection(transcript) : null,
+      transcriptBlock,
     ),
   );
   return true;
