@@ -8,13 +8,14 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fredica.capabilities import catalog, probes
 from fredica.config import schema as config
 from fredica.domain import errors
 from fredica.engine import declare
-from fredica.executors import emotion
+from fredica.executors import emotion, speech
 from tests import subtitle_support as ss
 from tests.media_support import make_context
 
@@ -188,6 +189,9 @@ async def test_transcribe_speakers_labels_each_speaker_turn(tmp_path: Path) -> N
     merge = next(t for t in tasks if t.type == "MERGE_TRANSCRIPTION")
     detect = next(t for t in tasks if t.type == "DETECT_EMOTION")
     assert list(detect.depends_on) == [merge.id]
+    # an acoustic backend would hear the extracted audio: its path reached the task
+    extract = next(t for t in tasks if t.type == "EXTRACT_AUDIO")
+    assert detect.payload["audio_path"] == extract.result["audio_path"]
     assert detect.result["backend"] == "nrc-emotion-lexicon"
     labelled = detect.result["segments"]
     print("\n" + "\n".join(f"{s['speaker_id']} {s['emotion']} {s['text']}" for s in labelled))
@@ -200,3 +204,127 @@ async def test_transcribe_speakers_labels_each_speaker_turn(tmp_path: Path) -> N
             by_speaker.setdefault(seg["speaker_id"], set()).add(seg["emotion"])
     assert by_speaker == {"SPEAKER_00": {"joy"}, "SPEAKER_01": {"anger"}}
     assert sum(s["emotion"] != "neutral" for s in labelled) == len(DIALOGUE)
+
+
+# --- onnx-emotion: an exported audio-classification model ------------------------------------
+
+
+def lag_one_model(directory: Path, labels: dict[str, str] | None) -> Path:
+    """A tiny ONNX "emotion" model over the raw waveform, shaped like an optimum export
+    (`input_values` [1, samples] -> `logits` [1, 2]): class 0 for low-pitched sound (lag-1
+    autocorrelation above 0.9), class 1 for high-pitched. With `labels`, a config.json with
+    that `id2label` sits beside it, as an export writes it."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    def const(name: str, value: object, dtype: object = np.float32) -> object:
+        return numpy_helper.from_array(np.array(value, dtype=dtype), name)
+
+    nodes = [
+        helper.make_node("Slice", ["input_values", "zero", "minus_one", "axis"], ["a"]),
+        helper.make_node("Slice", ["input_values", "one", "end", "axis"], ["b"]),
+        helper.make_node("Mul", ["a", "b"], ["ab"]),
+        helper.make_node("ReduceMean", ["ab"], ["r"], axes=[1], keepdims=1),
+        helper.make_node("Sub", ["r", "threshold"], ["d"]),
+        helper.make_node("Mul", ["d", "gain"], ["low"]),
+        helper.make_node("Neg", ["low"], ["high"]),
+        helper.make_node("Concat", ["low", "high"], ["logits"], axis=1),
+    ]
+    inits = [
+        const("zero", [0], np.int64),
+        const("one", [1], np.int64),
+        const("minus_one", [-1], np.int64),
+        const("end", [2**62], np.int64),
+        const("axis", [1], np.int64),
+        const("threshold", 0.9),
+        const("gain", 20.0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "lag_one",
+        [helper.make_tensor_value_info("input_values", TensorProto.FLOAT, [1, "n"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 2])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "model.onnx"
+    onnx.save(model, str(path))
+    if labels is not None:
+        (directory / "config.json").write_text(json.dumps({"id2label": labels}))
+    return path
+
+
+def two_tones(path: Path) -> Path:
+    """2 s of a 200 Hz tone, then 2 s of a 3 kHz tone (16 kHz mono)."""
+    t = np.arange(2 * emotion.RATE) / emotion.RATE
+    low, high = np.sin(2 * np.pi * 200 * t), np.sin(2 * np.pi * 3000 * t)
+    speech.write_wav(path, (0.4 * np.concatenate([low, high])).astype(np.float32), emotion.RATE)
+    return path
+
+
+async def hear(tmp_path: Path, payload: dict, model: Path | None) -> dict:
+    config = {"model_path": str(model)} if model else {}
+    ctx = await make_context(
+        tmp_path, "DETECT_EMOTION", payload, backend=emotion.ONNX_EMOTION, backend_config=config
+    )
+    result = (await emotion.DetectEmotionExecutor().execute(ctx.task, ctx)).result_json
+    assert result is not None
+    return result
+
+
+async def test_onnx_model_hears_each_segment(tmp_path: Path) -> None:
+    model = lag_one_model(tmp_path / "ser", {"0": "neu", "1": "ang"})
+    wav = two_tones(tmp_path / "tones.wav")
+    segments = [
+        {"start": 0.0, "end": 2.0, "speaker": "SPEAKER_00", "text": "hello"},
+        {"start": 2.0, "end": 4.0, "speaker": "SPEAKER_01"},
+    ]
+    result = await hear(tmp_path, {"audio_path": str(wav), "segments": segments}, model)
+    assert result["backend"] == "onnx-emotion" and result["model"] == "model.onnx"
+    labelled = result["segments"]
+    assert [(s["speaker_id"], s["emotion"]) for s in labelled] == [
+        ("SPEAKER_00", "neutral"),
+        ("SPEAKER_01", "anger"),
+    ]
+    assert labelled[0]["text"] == "hello"
+    assert all(s["confidence"] > 0.8 for s in labelled)
+    assert set(labelled[1]["model_scores"]) == {"neu", "ang"}
+    assert set(labelled[1]["scores"]) == set(emotion.EMOTION_SETS["basic"])
+    # one window of the file: only the high tone
+    one = await hear(tmp_path, {"audio_path": str(wav), "start_sec": 2.5, "end_sec": 3.5}, model)
+    assert one["emotion"] == "anger" and one["segments"][0]["end_sec"] == 3.5
+
+
+async def test_onnx_refusals_name_what_is_wrong(tmp_path: Path) -> None:
+    wav = two_tones(tmp_path / "tones.wav")
+    payload = {"audio_path": str(wav)}
+    with pytest.raises(errors.PermanentError, match="model_path"):
+        await hear(tmp_path, payload, None)
+    unnamed = lag_one_model(tmp_path / "unnamed", None)  # classes class_0, class_1
+    with pytest.raises(errors.PermanentError, match="map to none of"):
+        await hear(tmp_path, payload, unnamed)
+    model = lag_one_model(tmp_path / "ser", {"0": "calm", "1": "angry"})
+    with pytest.raises(errors.PayloadError, match="segment 0"):
+        await hear(tmp_path, {**payload, "start_sec": 3.98}, model)
+
+
+def test_onnx_emotion_is_declared_only_with_a_model(tmp_path: Path) -> None:
+    report = probes.run_probes()
+    model = lag_one_model(tmp_path / "ser", {"0": "neu", "1": "ang"})
+
+    def emotion_backends(section: dict) -> tuple[list[str], list[declare.Declaration]]:
+        cfg = config.parse_config({"capabilities": {"emotion_detect": section}})
+        decls = declare.declare(cfg, report, declare.RUNNABLE)
+        caps = declare.declared_capabilities(decls)
+        return [c.backend for c in caps if c.function is F.EMOTION_DETECT], decls
+
+    auto, decls = emotion_backends({"enabled": True})
+    assert "onnx-emotion" not in auto
+    why = next(d.reason for d in decls if d.backend == "onnx-emotion")
+    assert "providers[].model_path" in why
+    configured, _ = emotion_backends(
+        {"enabled": True, "providers": [{"backend": "onnx-emotion", "model_path": str(model)}]}
+    )
+    assert "onnx-emotion" in configured

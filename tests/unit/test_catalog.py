@@ -144,9 +144,10 @@ def test_every_seed_backend_is_in_the_catalog(function: F) -> None:
     # built-in extractive analysis (a default pipeline must finish offline)
     # and the offline subtitle-sync / diarization / TTS backends of the subtitle issue
     # and any server of the OpenAI transcription protocol (openai-compatible-asr)
-    # and the NRC emotion lexicon on the transcript (nrc-emotion-lexicon)
+    # and the NRC emotion lexicon on the transcript, an exported ONNX emotion model
     ours = {"bilibili-ytdlp", "local-extractive", "builtin-vad-xcorr", "builtin-mfcc-cluster",
-            "espeak-ng", "openai-compatible-asr", "nrc-emotion-lexicon"}  # fmt: skip
+            "espeak-ng", "openai-compatible-asr", "nrc-emotion-lexicon",
+            "onnx-emotion"}  # fmt: skip
     assert names - SEED_BACKENDS[function] <= ours
 
 

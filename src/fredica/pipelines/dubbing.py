@@ -30,7 +30,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from fredica.domain import errors, models
-from fredica.domain.spawn import SpawnInput, SpawnPlan
+from fredica.domain.spawn import Placement, SpawnInput, SpawnPlan
 from fredica.executors import (
     analyze,
     download,
@@ -263,6 +263,17 @@ class SpeakersTemplate(media.MediaTemplate):
             )
             return dataclasses.replace(plan, new_tasks=labelled)
         plan = super().on_task_completed(done)
+        if task.type == media.EXTRACT and plan is not None and "audio_path" in result:
+            # the acoustic backend hears the turns: the audio, and where it is
+            feel = _waiting(done, emotion.DETECT_EMOTION)
+            soft = Placement.follow(task.claimed_by)
+            heard = {t.id: {"audio_path": result["audio_path"]} for t in feel}
+            place = {t.id: soft for t in feel if soft is not None}
+            return dataclasses.replace(
+                plan,
+                patch_payloads={**plan.patch_payloads, **heard},
+                place={**plan.place, **place},
+            )
         if task.type == MERGE and plan is not None:
             patch = {"segments": result.get("segments", []), "language": result.get("language")}
             waiting = {t.id: patch for t in _waiting(done, emotion.DETECT_EMOTION)}
