@@ -14,6 +14,7 @@ import pytest
 
 from fredica.executors import subtitle_format as sf
 from tests import subtitle_support as ss
+from tests.integration.test_emotion import DIALOGUE
 from tests.media_support import make_media
 
 from . import test_web_results as results_page
@@ -30,6 +31,12 @@ HEADS = {
     "en-US": ("Player", "Original (en)", "Translation (de)"),
     "zh-CN": ("播放", "原文 (en)", "译文 (de)"),
 }
+SPEECH_CONFIG = """\
+  speaker_diarize:
+    enabled: true
+  emotion_detect:
+    enabled: true
+"""
 MEDIA = "document.querySelector('#player-media')"
 READY = f"() => {{ const m = {MEDIA}; return m && m.readyState >= 1 }}"
 
@@ -38,7 +45,8 @@ READY = f"() => {{ const m = {MEDIA}; return m && m.readyState >= 1 }}"
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedNode]:
     with ss.TranslationServer() as translator:
         root = tmp_path_factory.mktemp("player-node")
-        with served_node(root, TRANSLATE_CONFIG.format(url=translator.url)) as served:
+        config = TRANSLATE_CONFIG.format(url=translator.url) + SPEECH_CONFIG
+        with served_node(root, config) as served:
             yield served
 
 
@@ -155,4 +163,25 @@ def test_a_transcription_plays_its_source_and_seeks_from_the_transcript(
     )
     assert _seek_time(page) == pytest.approx(segments[1]["start"], abs=0.75)
     assert page.evaluate(results_page.NO_SIDEWAYS)
+    _close(page)
+
+
+def test_transcript_lines_carry_their_emotion(
+    chromium: Any, node: ServedNode, tmp_path: Path
+) -> None:
+    wav = tmp_path / "dialogue.wav"
+    ss.timed_speech(DIALOGUE, wav, lead=0.8, pause=0.7)
+    body = {"template": "transcribe_speakers", "source": str(wav), "language": "en"}
+    params = {"analyze": False, "max_speakers": 3, "emotion": True}
+    data = run_pipeline(node, {**body, "params": params})
+    assert data["status"] == "completed", [(t["type"], t["error"]) for t in data["tasks"]]
+    labels = [s["emotion"] for s in _task(data, "DETECT_EMOTION")["result"]["segments"]]
+    assert labels[:2] == ["joy", "anger"]
+    page = _open(chromium, f"{node.url}/pipelines/{data['id']}", "zh-CN", (1366, 900))
+    tags = page.locator(".transcript .emotion-tag")
+    expect(tags).to_have_count(len(labels), timeout=WAIT_MS)
+    assert [tags.nth(i).get_attribute("data-emotion") for i in range(len(labels))] == labels
+    assert tags.all_inner_texts()[:2] == ["喜悦", "愤怒"]
+    assert "nrc-emotion-lexicon" in (tags.first.get_attribute("title") or "")
+    screenshot(page, "emotion-zh-CN")
     _close(page)

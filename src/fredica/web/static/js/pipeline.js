@@ -31,6 +31,7 @@ import {
 import { actionButtons, progressBar, updateActions, updateProgress } from "./tasks.js";
 import { findResults, renderResults } from "./results.js";
 import { playerKey } from "./player.js";
+import { emotionKey } from "./emotions.js";
 import { logPanel } from "./tasklog.js";
 import {
   clustered,
@@ -213,6 +214,7 @@ export function renderPipeline(app, pipelineId) {
     const key = [transcript, analysis].map((task) => task && `${task.id}:${task.change_seq}`);
     key.push(state.nodeId); // which files are here is known once the node said who it is
     key.push(playerKey(tasks)); // a dubbed video or a translation completing later
+    key.push(emotionKey(tasks));
     if (key.join() === view.resultsKey) return;
     view.resultsKey = key.join();
     const name = sourceLabel(view.pipeline?.params?.source) || shortId(pipelineId);

@@ -8,6 +8,7 @@ import { t } from "./i18n.js";
 import { clear, formatBytes, h, put, toast } from "./dom.js";
 import { filesElsewhere, remoteFilesNote } from "./owners.js";
 import { playerBlock } from "./player.js";
+import { tagEmotions } from "./emotions.js";
 
 const TRANSCRIPT_TYPES = ["MERGE_TRANSCRIPTION", "TRANSCRIBE", "TRANSCRIBE_CHUNK"];
 const HIDDEN_FILE = /\.meta\.json$/; // bookkeeping next to each output, not an output itself
@@ -203,6 +204,7 @@ export async function renderResults(box, title, tasks) {
     );
   }
   const transcriptBlock = transcript ? transcriptSection(transcript) : null;
+  tagEmotions(transcriptBlock?.querySelector(".transcript"), tasks, transcript?.result.language);
   if (player && transcriptBlock) {
     player.bindTranscript(transcriptBlock.querySelector(".transcript"));
   }
