@@ -229,9 +229,11 @@ export async function playerBlock(tasks, { hasTranscript = false } = {}) {
     h("div", { class: "player-frame" }, state.media),
     ...elsewhere,
   );
-  // side by side when there is a translation; the cue list alone when no transcript shows them
-  if (original && (translation || !hasTranscript)) {
-    const { head, list } = cueTable(original, translation);
+  // side by side when there are both; one list when no transcript shows the cues
+  const first = original || translation;
+  const second = original ? translation : null;
+  if (first && (second || !hasTranscript)) {
+    const { head, list } = cueTable(first, second);
     section.append(h("div", { class: "cue-wrap" }, head, list));
     bind(list, ".cue-row[data-start]");
   }
