@@ -142,7 +142,7 @@ capabilities:
   emotion_detect:
     enabled: false
     max_concurrent: 2
-    providers: []           # auto: speechbrain-emotion(-cpu)
+    providers: []           # auto: nrc-emotion-lexicon (transcript); onnx-emotion needs model_path
   subtitle_sync:
     enabled: false
     max_concurrent: 4

@@ -1042,6 +1042,11 @@ class Node:
         Raises `files.PathRefused` (a malformed path, a directory) or `NotFound`."""
         return await self.files.stat(path)
 
+    async def local_file(self, path: str) -> Path:
+        """A file of this node's data dir that its own web UI may stream (the same rules as
+        `served_file`, without hashing it). Raises `files.PathRefused` or `NotFound`."""
+        return await self.files.find(path)
+
     # --- crash recovery (seed 001 §7.5) ---------------------------------------------------------
     def _run(self) -> recovery.Run:
         summary = self.recovery.summary() if self.recovery else None

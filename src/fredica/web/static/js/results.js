@@ -8,6 +8,8 @@ import { t } from "./i18n.js";
 import { clear, formatBytes, h, put, toast } from "./dom.js";
 import { filesElsewhere, remoteFilesNote } from "./owners.js";
 import { findVisionResults, visionSections } from "./vision_results.js";
+import { playerBlock } from "./player.js";
+import { tagEmotions } from "./emotions.js";
 
 const TRANSCRIPT_TYPES = ["MERGE_TRANSCRIPTION", "TRANSCRIBE", "TRANSCRIBE_CHUNK"];
 const HIDDEN_FILE = /\.meta\.json$/; // bookkeeping next to each output, not an output itself
@@ -110,7 +112,7 @@ function transcriptSection(transcript) {
     list.append(
       h(
         "li",
-        { class: "segment" },
+        { class: "segment", dataset: { start: String(seg.start), end: String(seg.end) } },
         h("time", { class: "seg-time", title: `${clock(seg.start)}–${clock(seg.end)}` }, clock(seg.start)),
         h("span", { class: "seg-text" }, String(seg.text).trim()),
       ),
@@ -182,7 +184,8 @@ function analysisSection(analysis) {
  */
 export async function renderResults(box, title, tasks) {
   const { transcript, analysis, vision } = findResults(tasks);
-  if (!transcript && !analysis && !vision.length) {
+  const player = await playerBlock(tasks, { hasTranscript: Boolean(transcript) });
+  if (!transcript && !analysis && !player && !vision.length) {
     box.hidden = true;
     return false;
   }
@@ -215,17 +218,23 @@ export async function renderResults(box, title, tasks) {
       blobDownload("analysis.json", t("results.file.analysis"), JSON.stringify(analysis.result, null, 2), "application/json"),
     );
   }
+  const transcriptBlock = transcript ? transcriptSection(transcript) : null;
+  tagEmotions(transcriptBlock?.querySelector(".transcript"), tasks, transcript?.result.language);
+  if (player && transcriptBlock) {
+    player.bindTranscript(transcriptBlock.querySelector(".transcript"));
+  }
   clear(box);
   box.hidden = false;
   put(
     box,
     h("div", { class: "card-head" }, h("h2", {}, t("results.title"))),
     h("div", { class: "downloads-wrap" }, h("h3", {}, t("results.downloads")), downloads),
+    player ? player.section : null,
     h(
       "div",
       { class: "results-grid" },
       analysis ? analysisSection(analysis) : null,
-      transcript ? transcriptSection(transcript) : null,
+      transcriptBlock,
       ...visionSections(vision),
     ),
   );
