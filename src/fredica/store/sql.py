@@ -59,6 +59,7 @@ from fredica.store.rows import (
     loads_opt,
     row_to_pipeline,
     row_to_task,
+    task_from_values,
 )
 from fredica.store.tx import Tx
 
@@ -495,7 +496,14 @@ class SQLStore(TaskStore):
         sql, params = lists.task_query(
             self.dialect, pipeline_id, status, task_type, limit, offset, where=where
         )
-        return await self._read(lambda conn: [row_to_task(r) for r in conn.execute(sql, params)])
+        return await self._read(lambda conn: self._tasks_of(conn, sql, params))
+
+    def _tasks_of(self, conn: Conn, sql: str, params: Sequence[Any]) -> list[Task]:
+        """The tasks a SELECT of `TASK_COLUMNS` (first) returns; as plain tuples where the
+        driver gives them (no per-column name lookups: a pipeline's thousand tasks)."""
+        if self.dialect.tuples is None:
+            return [row_to_task(r) for r in conn.execute(sql, params)]
+        return [task_from_values(v) for v in self.dialect.tuples(conn, sql, params)]
 
     async def page_tasks(
         self,
