@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    api_load,
     claim_cost,
     cluster_runs,
     fredica_runs,
@@ -45,7 +46,17 @@ from bench import (
 from bench.util import log
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-BENCHMARKS = ("noop", "claim", "claim_pg", "latency", "fanout", "media", "list", "cluster")
+BENCHMARKS = (
+    "noop",
+    "claim",
+    "claim_pg",
+    "latency",
+    "fanout",
+    "media",
+    "list",
+    "cluster",
+    "api_load",
+)
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,9 @@ class Config:
     cluster_tasks: int = 240  # I/O-bound tasks (0.2 s each) per home-cluster run
     cluster_rounds: int = 2  # 1 and 3 nodes per round, the order alternating
     cluster_claim_samples: int = 200
+    api_load_tasks: int = 400  # I/O-bound tasks (0.02 s each, 8 slots) per api_load run
+    api_load_clients: int = 20  # concurrent API clients in the loaded runs
+    api_load_rounds: int = 2  # quiet and loaded per round, the order alternating
 
 
 QUICK = Config()
@@ -227,6 +241,12 @@ def bench_cluster(cfg: Config, work: Path) -> dict[str, Any]:
     return cluster_runs.run(work, cfg.cluster_tasks, cfg.cluster_rounds, cfg.cluster_claim_samples)
 
 
+def bench_api_load(cfg: Config, work: Path) -> dict[str, Any]:
+    return api_load.run(
+        work, tasks=cfg.api_load_tasks, clients=cfg.api_load_clients, rounds=cfg.api_load_rounds
+    )
+
+
 async def _await(value: Any) -> Any:
     return await value
 
@@ -240,6 +260,7 @@ RUNNERS: dict[str, Callable[[Config, Path], dict[str, Any] | None]] = {
     "media": bench_media,
     "list": bench_list,
     "cluster": bench_cluster,
+    "api_load": bench_api_load,
 }
 
 

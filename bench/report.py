@@ -27,6 +27,7 @@ TARGET_TEXT = {
     "pipeline_overhead_lt_5pct": "orchestration overhead on the media pipeline < 5%",
     "list_pages_le_50ms_at_1m": "task list first page and 10,000 deep <= 50 ms at 1M tasks",
     "cluster_3_nodes_ge_2_8x": "home cluster: 3 nodes >= 2.8x one node on I/O-bound work",
+    "engine_under_api_load_ge_half": "engine rate with 20 busy API clients >= 50% of quiet",
 }
 #: the no-op systems that always appear in the results (null when not run), in table order
 NOOP_KEYS = (
@@ -136,6 +137,20 @@ def cluster_summary(raw: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
+def api_load_summary(raw: dict[str, Any] | None) -> dict[str, Any]:
+    """The API-load benchmark's headline numbers (null when it did not run)."""
+    return {
+        k: _get(raw, k)
+        for k in (
+            "clients",
+            "quiet_tasks_per_s",
+            "loaded_tasks_per_s",
+            "loaded_vs_quiet",
+            "api_requests_per_s",
+        )
+    }
+
+
 def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) -> dict[str, Any]:
     """The results document: headline keys first, raw per-benchmark details after."""
     noop = raw.get("noop") or {}
@@ -189,6 +204,9 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
             if ratios["cluster_3_nodes_vs_1"] is None
             else ratios["cluster_3_nodes_vs_1"] >= 2.8
         ),
+        "engine_under_api_load_ge_half": _at_least(
+            _get(raw.get("api_load"), "loaded_vs_quiet"), 0.5
+        ),
     }
     return {
         "meta": meta,
@@ -220,6 +238,7 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
         "pipeline_overhead_note": None if overhead is not None else MEDIA_NOTE,
         "list_tasks_ms": list_costs(raw.get("list")),
         "cluster": cluster_summary(raw.get("cluster")),
+        "api_load": api_load_summary(raw.get("api_load")),
         "targets": targets,
         "details": raw,
         "errors": errors,
@@ -451,6 +470,13 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{_fmt(doc['cluster']['claim_local_ms'], '', 2)} + "
         f"{_fmt(doc['cluster']['complete_local_ms'], '', 2)} | | HTTP vs local: "
         f"{_x(r['claim_http_vs_local'])} | | |",
+        f"| engine under API load: I/O-bound tasks/s quiet / with "
+        f"{_fmt(doc['api_load']['clients'])} busy API clients "
+        f"({_fmt(doc['api_load']['api_requests_per_s'], '', 1)} requests/s) | "
+        f"{_fmt(doc['api_load']['quiet_tasks_per_s'], '', 1)} / "
+        f"{_fmt(doc['api_load']['loaded_tasks_per_s'], '', 1)} | | loaded vs quiet: "
+        f"{_x(doc['api_load']['loaded_vs_quiet'])} | ≥ 0.5× | "
+        f"{_met(tg['engine_under_api_load_ge_half'])} |",
         f"| orchestration overhead, media pipeline | "
         f"{_fmt(doc['pipeline_overhead_pct'], ' %')} | | | < 5 % "
         f"| {_met(tg['pipeline_overhead_lt_5pct'])} |",

@@ -177,6 +177,18 @@ class FakeOpenAI:
 
 
 @contextlib.contextmanager
+def serving(httpd: ThreadingHTTPServer) -> Iterator[None]:
+    """`httpd` serving on a thread of its own for the duration of the block."""
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@contextlib.contextmanager
 def serve_fake_openai() -> Iterator[FakeOpenAI]:
     """A running `FakeOpenAI` (its base URL, without /v1, in `.url`)."""
     fake = FakeOpenAI()

@@ -184,6 +184,22 @@ def by_type(tasks: list[Any], predicate: Callable[[Any], bool] | None = None) ->
     return {t.type: t for t in tasks if predicate is None or predicate(t)}
 
 
+async def run_on_node(
+    tmp_path: Path, cfg: dict[str, Any], request: Any, timeout: float = 120.0
+) -> tuple[Any, list[Any]]:
+    """Run one pipeline on an in-process node with `cfg`: (the finished pipeline, its tasks)."""
+    from fredica.node import compose
+
+    node = compose.build_node(node_settings(tmp_path, cfg))
+    await node.start()
+    try:
+        pipeline, _ = await node.create_pipeline(request)
+        done = await wait_done(node, pipeline.id, timeout=timeout)
+        return done, await tasks_of(node, pipeline.id)
+    finally:
+        await node.stop(grace=2)
+
+
 # --- a local server speaking the DeepL v2 and OpenAI chat-completions protocols -------------
 GERMAN = {
     "good": "guten",

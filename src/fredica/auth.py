@@ -69,6 +69,15 @@ class Authenticator:
         except errors.ConfigError as exc:  # keep the last good tokens; say why
             logger.error("auth not reloaded: %s", exc, extra={"action": "auth_reload"})
 
+    def cloud_budget(self, token_id: str) -> float | None:
+        """The token's `max_cloud_cost_per_day_usd` (None: no limit, or no such token), as
+        the file says now (tokens created while the node runs count at once)."""
+        self._reload_if_changed()
+        for entry in self._auth.access_tokens:
+            if entry.id == token_id:
+                return entry.permissions.max_cloud_cost_per_day_usd
+        return None
+
     def authenticate(self, header: str | None, query_token: str | None = None) -> Publisher:
         """The publisher behind a request, or Unauthorized naming what is wrong."""
         token = None
@@ -135,19 +144,26 @@ def check_create(
 
 
 def expiry_from_now(spec: str | None, now: datetime) -> datetime | None:
-    """`90d`, `12h`, `30m` or an ISO date -> an absolute expiry (None: never)."""
+    """`90d`, `12h`, `30m` or an ISO date -> an absolute expiry (None: never). A moment that is
+    not in the future is refused: a token that is expired when it is made is a mistake."""
     if not spec:
         return None
     units = {"d": 86400, "h": 3600, "m": 60}
     if spec[-1] in units and spec[:-1].isdigit():
-        return datetime.fromtimestamp(now.timestamp() + int(spec[:-1]) * units[spec[-1]], UTC)
-    try:
-        value = datetime.fromisoformat(spec)
-    except ValueError:
+        value = datetime.fromtimestamp(now.timestamp() + int(spec[:-1]) * units[spec[-1]], UTC)
+    else:
+        try:
+            value = datetime.fromisoformat(spec)
+        except ValueError:
+            raise errors.InvalidRequest(
+                f"--expires: use 90d, 12h, 30m or an ISO date, got {spec!r}"
+            ) from None
+        value = value if value.tzinfo else value.replace(tzinfo=UTC)
+    if value <= now:
         raise errors.InvalidRequest(
-            f"--expires: use 90d, 12h, 30m or an ISO date, got {spec!r}"
-        ) from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+            f"--expires: {spec!r} is not in the future (now {now.isoformat(timespec='seconds')})"
+        )
+    return value
 
 
 def _mtime(path: Path | None) -> int | None:

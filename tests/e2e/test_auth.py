@@ -7,6 +7,10 @@ import subprocess
 import sys
 
 import httpx
+import pytest
+
+from fredica import auth
+from fredica.config import schema as config_schema
 
 from .conftest import FAST_CONFIG, ServedNode, create_token
 
@@ -50,7 +54,13 @@ def test_token_mode(served: ServedNode) -> None:
         assert cloud.status_code == 403
     # a token created while the node runs works at once; an expired one does not
     bob = create_token(served, "--name", "Bob", "--cloud")
-    old = create_token(served, "--name", "Old", "--expires", "2020-01-01")
+    # (`token create` refuses a past expiry: the expired token is written to the file directly)
+    old_id, old = auth.new_token()
+    config_schema.add_access_token(
+        served.config,
+        {"id": old_id, "name": "Old", "token_hash": auth.hash_token(old),
+         "expires_at": "2020-01-01T00:00:00+00:00", "permissions": {}},
+    )  # fmt: skip
     with httpx.Client(base_url=served.url, timeout=10, trust_env=False) as client:
         ok = client.get("/api/v1/status", headers={"Authorization": f"Bearer {bob}"})
         assert ok.status_code == 200
@@ -60,7 +70,10 @@ def test_token_mode(served: ServedNode) -> None:
     assert result.returncode == 1 and "FREDICA_TOKEN" in result.stderr
 
 
-def test_token_create_rejects_bad_expiry_and_changes_nothing(served: ServedNode) -> None:
+@pytest.mark.parametrize("expires", ["soon", "2020-01-01", "0d"])
+def test_token_create_rejects_bad_expiry_and_changes_nothing(
+    served: ServedNode, expires: str
+) -> None:
     served.config.write_text(FAST_CONFIG.format(grace=2))
     before = served.config.read_text()
     out = subprocess.run(
@@ -75,12 +88,18 @@ def test_token_create_rejects_bad_expiry_and_changes_nothing(served: ServedNode)
             "--name",
             "X",
             "--expires",
-            "soon",
+            expires,
         ],
         capture_output=True,
         text=True,
-        env=served.env(),
+        env=served.env() | {"COLUMNS": "200"},
         timeout=60,
     )
-    assert out.returncode == 1 and "--expires" in out.stderr
+    # a usage error: exit 2, one line naming --expires, no token printed, the file untouched
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --expires"), out.stderr
+    if expires != "soon":
+        assert "not in the future" in lines[0]
+    assert "Token" not in out.stdout
     assert served.config.read_text() == before

@@ -182,8 +182,15 @@ def test_downloads_and_copy_give_the_transcript(
         page.locator("#downloads a[data-file='transcript.txt']").click()
     text = Path(info.value.path()).read_text()
     assert first in text
+    summary_link = page.locator("#downloads a[data-file='summary.md']")
+    expect(summary_link).to_have_count(1)
+    analysis = next(t for t in completed["tasks"] if t["type"] == "AI_ANALYZE")
+    # the node's file, written when the analysis completed (not one made in the browser)
+    assert summary_link.get_attribute("href", timeout=WAIT_MS).startswith(
+        f"/files/results/{analysis['id']}/summary.md"
+    )
     with page.expect_download() as info:
-        page.locator("#downloads a[data-file='summary.md']").click()
+        summary_link.click()
     markdown = Path(info.value.path()).read_text()
     assert markdown.startswith("# talk.mp4") and "## Summary" in markdown
     page.locator("#copy-transcript").click()

@@ -210,3 +210,32 @@ def test_the_home_cluster_benchmark_runs_real_nodes_and_reports_its_ratio(tmp_pa
         for k in ("claim_http_ms", "complete_http_ms", "claim_local_ms", "complete_local_ms")
     )
     assert "home cluster" in report.markdown(doc)
+
+
+def test_the_api_load_benchmark_measures_the_engine_quiet_and_under_busy_clients(
+    tmp_path: Path,
+) -> None:
+    # Given a tiny run: 60 I/O-bound tasks on a real `fredica serve`, quiet and with 4 clients
+    cfg = dataclasses.replace(TINY, api_load_tasks=60, api_load_clients=4, api_load_rounds=1)
+
+    # When it runs
+    doc, errors = harness.run(cfg, ["api_load"], tmp_path / "work")
+
+    # Then both runs completed the measured work; the loaded one really sent API requests of
+    # every kind, and the ratio and target are of the two rates
+    assert errors == {}
+    detail = doc["details"]["api_load"]
+    quiet, loaded = detail["rounds"]["quiet"][0], detail["rounds"]["loaded"][0]
+    assert positive(quiet["tasks_per_s"]) and positive(loaded["tasks_per_s"])
+    assert quiet["api_requests_per_s"] == 0.0 and positive(loaded["api_requests_per_s"])
+    assert set(loaded["api_median_ms"]) == {
+        "create",
+        "cancel",
+        "list_tasks",
+        "status",
+        "get_pipeline",
+    }
+    summary = doc["api_load"]
+    assert summary["loaded_vs_quiet"] == round(loaded["tasks_per_s"] / quiet["tasks_per_s"], 3)
+    assert doc["targets"]["engine_under_api_load_ge_half"] is (summary["loaded_vs_quiet"] >= 0.5)
+    assert "engine under API load" in report.markdown(doc)

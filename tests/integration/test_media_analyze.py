@@ -182,3 +182,40 @@ async def test_local_extractive_needs_no_server(tmp_path: Path) -> None:
     assert 1 <= len(sentences) <= 5 and all(s in TRANSCRIPT for s in sentences)
     assert "media cluster" in result["tags"]
     assert result["chapters"] and result["chapters"][0]["start_sec"] == 0.0
+
+
+async def test_the_analysis_is_written_as_summary_md_and_analysis_json(
+    tmp_path: Path, providers: FakeProviders
+) -> None:
+    payload = {"text": TRANSCRIPT, "segments": SEGMENTS, "language": "en", "title": "Talk.mp4"}
+    config = {"endpoint": f"{providers.url}/v1", "model": "qwen2.5"}
+    ctx = await make_context(
+        tmp_path, "AI_ANALYZE", payload, backend="openai-compatible", backend_config=config
+    )
+    result = (await analyze.AiAnalyzeExecutor().execute(ctx.task, ctx)).result_json
+    assert result is not None
+    files = {key: Path(path) for key, path in result["files"].items()}
+    assert set(files) == {"summary_md", "analysis_json"}
+    assert {p.parent for p in files.values()} == {ctx.output_dir}, "next to its other outputs"
+    summary = files["summary_md"].read_text(encoding="utf-8")
+    assert summary.startswith("# Talk.mp4\n\n## Summary\n\n" + REPLY["summary"])
+    assert "## Tags\n\n" + ", ".join(REPLY["tags"]) in summary
+    assert "## Chapters\n\n- 00:00 " in summary and "- 00:48 Failover" in summary
+    written = json.loads(files["analysis_json"].read_text(encoding="utf-8"))
+    assert written == {k: v for k, v in result.items() if k != "files"}
+    # an empty transcript still writes both (the result view lists them either way)
+    empty = await make_context(tmp_path / "empty", "AI_ANALYZE", {"text": "  "})
+    empty_result = (await analyze.AiAnalyzeExecutor().execute(empty.task, empty)).result_json
+    assert empty_result is not None
+    heading = Path(empty_result["files"]["summary_md"]).read_text(encoding="utf-8")
+    assert heading.startswith(f"# {empty.task.material_id or 'Analysis'}\n")
+    assert "## Tags" not in heading
+
+
+def test_chapter_times_read_like_the_web_page() -> None:
+    assert [analyze.clock(s) for s in (0, 75.4, 600, 3725)] == [
+        "00:00",
+        "01:15",
+        "10:00",
+        "1:02:05",
+    ]

@@ -185,25 +185,17 @@ def similarity(a: list[int], b: list[int]) -> float:
 async def test_transcribe_speakers_turns_diarization_into_labelled_chunks(
     tmp_path: Path, dialogue: tuple[Path, list]
 ) -> None:
-    from fredica.node import compose
     from fredica.pipelines.request import PipelineRequest
 
     wav, truth = dialogue
     cfg = {"capabilities": {"speaker_diarize": {"enabled": True}}}
-    node = compose.build_node(ss.node_settings(tmp_path, cfg))
-    await node.start()
-    try:
-        request = PipelineRequest(
-            template="transcribe_speakers",
-            source=str(wav),
-            language="en",
-            params={"analyze": False, "max_speakers": 3},
-        )
-        pipeline, _ = await node.create_pipeline(request)
-        done = await ss.wait_done(node, pipeline.id, timeout=120)
-        tasks = await ss.tasks_of(node, pipeline.id)
-    finally:
-        await node.stop(grace=2)
+    request = PipelineRequest(
+        template="transcribe_speakers",
+        source=str(wav),
+        language="en",
+        params={"analyze": False, "max_speakers": 3},
+    )
+    done, tasks = await ss.run_on_node(tmp_path, cfg, request)
     assert done.status.value == "completed", [(t.type, t.error) for t in tasks]
     assert not [t for t in tasks if t.type == "SPLIT_AUDIO"]
     diarize = next(t for t in tasks if t.type == "DIARIZE_AUDIO")
@@ -223,5 +215,5 @@ async def test_transcribe_speakers_turns_diarization_into_labelled_chunks(
     assert "having me" in by_speaker["SPEAKER_01"].lower()
     assert (
         "SPEAKER_01: Thanks for having me"
-        in on_node(node.settings.data_dir, merge.result["files"]["txt"]).read_text()
+        in on_node(tmp_path, merge.result["files"]["txt"]).read_text()
     )

@@ -144,9 +144,11 @@ def test_every_seed_backend_is_in_the_catalog(function: F) -> None:
     # built-in extractive analysis (a default pipeline must finish offline)
     # and the offline subtitle-sync / diarization / TTS backends of the subtitle issue
     # and any server of the OpenAI transcription protocol (openai-compatible-asr)
-    # and ffmpeg's non-AI Lanczos scaler for UPSCALE_VIDEO (declared only when configured)
+    # and ffmpeg's non-AI Lanczos scaler for UPSCALE_VIDEO (declared only when configured), the
+    # NRC emotion lexicon on the transcript, an exported ONNX emotion model
     ours = {"bilibili-ytdlp", "local-extractive", "builtin-vad-xcorr", "builtin-mfcc-cluster",
-            "espeak-ng", "openai-compatible-asr", "ffmpeg-lanczos"}  # fmt: skip
+            "espeak-ng", "openai-compatible-asr", "ffmpeg-lanczos", "nrc-emotion-lexicon",
+            "onnx-emotion"}  # fmt: skip
     assert names - SEED_BACKENDS[function] <= ours
 
 

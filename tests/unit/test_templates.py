@@ -73,3 +73,17 @@ def test_network_test_template_validates_params() -> None:
         t.build(PipelineRequest(template="network_test", params={"urls": ["ftp://x"]}), CTX)
     with pytest.raises(errors.InvalidRequest, match="unknown key"):
         t.build(PipelineRequest(template="network_test", params={"url": "http://x"}), CTX)
+
+
+def test_bulk_uuids_are_canonical_version_4_and_distinct() -> None:
+    import uuid
+
+    from fredica.domain.ids import uuid4_strings
+
+    ids = uuid4_strings(2000)
+    assert len(set(ids)) == 2000
+    for text in ids[:200]:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text  # canonical: lower-case hex, 8-4-4-4-12
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+    assert uuid4_strings(0) == []

@@ -39,12 +39,12 @@ from fredica.node.service import Node
 logger = logging.getLogger(__name__)
 
 #: paths that token mode guards; health, metrics and the static UI stay open
-GUARDED_PREFIXES = ("/api/v1", "/files/results/", "/files/outputs/")
+GUARDED_PREFIXES = ("/api/v1", "/files/results/", "/files/outputs/", "/files/player/")
 #: paths only peers may use: guarded by the cluster secret, never by a publisher token
 CLUSTER_PREFIXES = ("/cluster/", "/files/serve")
 #: where a browser cannot send a header (EventSource, a download link): `?token=` is accepted
 #: there, for GET only, and nowhere else
-QUERY_TOKEN_PATHS = ("/api/v1/events", "/files/results/", "/files/outputs/")
+QUERY_TOKEN_PATHS = ("/api/v1/events", "/files/results/", "/files/outputs/", "/files/player/")
 #: requests whose bodies are limited to `api.max_body_bytes`
 LIMITED_PREFIXES = ("/api/", "/cluster/")
 #: routes that stream their body and enforce their own limit (uploads: storage.max_upload_mb)

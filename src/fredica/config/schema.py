@@ -292,6 +292,12 @@ class SchedulingConfig(sections.Section):
     #: a task claimed ahead that has not started within this many seconds goes back to the
     #: queue for any node; the node claims ahead only what it expects to start sooner
     claim_ahead_window_sec: sections.PositiveFloat = 1.0
+    #: our addition (seed 001 §7.8): after a 429 halved a cloud backend's concurrency, one
+    #: slot comes back per this many seconds without another 429
+    rate_limit_restore_sec: sections.PositiveFloat = 60.0
+    #: the node's cloud budget per UTC day (from the costs its cloud backends report);
+    #: reached: cloud backends are not chosen until the next day. null = no limit
+    max_cloud_cost_per_day_usd: sections.NonNegFloat | None = None
     load_penalty: LoadPenalty = Field(default_factory=LoadPenalty)
     quality_defaults: Annotated[
         dict[str, QualityModeName], BeforeValidator(_merge_quality_defaults)
@@ -351,6 +357,41 @@ class ApiConfig(sections.Section):
     max_body_bytes: sections.PositiveInt = 1_048_576
 
 
+NotifyOn = Literal["completed", "failed", "cancelled"]
+
+
+def _notify_default() -> list[NotifyOn]:
+    return ["completed", "failed"]
+
+
+class NotificationsConfig(sections.Section):
+    """notifications: a webhook told when a pipeline this node owns ends (our addition)."""
+
+    #: POSTed a JSON body per ended pipeline; empty: no webhook
+    webhook_url: str = ""
+    #: which ends are sent: completed, failed (also partial_failed), cancelled
+    on: Annotated[list[NotifyOn], BeforeValidator(sections.none_to_list)] = Field(
+        default_factory=_notify_default
+    )
+    #: signs each body: header X-Fredica-Signature: sha256=<HMAC-SHA256 of the body>
+    webhook_secret: str = ""
+    #: the web UI's address in the link sent (behind a proxy); empty: this node's address
+    public_url: str = ""
+    timeout_sec: sections.PositiveFloat = 10.0
+    #: further attempts after a failed one (5xx, 408, 429 or no answer), waiting
+    #: backoff_sec, then twice that, ...
+    retries: Annotated[int, sections.between(0, 10)] = 3
+    backoff_sec: sections.PositiveFloat = 2.0
+
+    @model_validator(mode="after")
+    def _check(self) -> NotificationsConfig:
+        for key in ("webhook_url", "public_url"):
+            url = getattr(self, key)
+            if url and not re.match(r"^https?://[^/\s]+", url):
+                raise sections.PathError((key,), "must be an http:// or https:// URL")
+        return self
+
+
 class RuntimeState(sections.Section):
     """_runtime: maintained by the program; do not edit by hand."""
 
@@ -377,6 +418,7 @@ class WorkerConfig(sections.Section):
     scheduling: SchedulingConfig = Field(default_factory=SchedulingConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
     runtime: RuntimeState = Field(default_factory=RuntimeState, alias="_runtime")
     #: read-only roots the web UI may pick source files from (`/api/v1/media-folders`)
     media_folders: Annotated[list[str], BeforeValidator(sections.none_to_list)] = Field(
@@ -625,6 +667,8 @@ def section_of(doc: CommentedMap, key: str) -> CommentedMap:
 SECRET_KEYS = frozenset(
     {"api_key", "secret_key", "cluster_secret", "sessdata", "hf_token", "token_hash"}
 )
+# a webhook's URL is often its credential (chat services put the key in the path)
+SECRET_KEYS |= {"webhook_url", "webhook_secret"}
 MASK = "********"
 _URL_PASSWORD = re.compile(r"^([a-z0-9+.-]+://[^:/@]*:)([^@]*)(@)", re.IGNORECASE)
 

@@ -142,7 +142,7 @@ capabilities:
   emotion_detect:
     enabled: false
     max_concurrent: 2
-    providers: []           # auto: speechbrain-emotion(-cpu)
+    providers: []           # auto: nrc-emotion-lexicon (transcript); onnx-emotion needs model_path
   subtitle_sync:
     enabled: false
     max_concurrent: 4
@@ -228,6 +228,13 @@ scheduling:
   # a task claimed ahead that has not started by then goes back for any node.
   claim_ahead: 512
   claim_ahead_window_sec: 1.0
+  # Cloud APIs (seed 001 §7.8): an HTTP 429 halves that backend's concurrency on this node; one
+  # slot comes back per this many seconds without another 429.
+  rate_limit_restore_sec: 60
+  # Cloud budget of this node per UTC day, from the costs its cloud backends report (needs
+  # cost_per_unit_usd on the providers). Reached: cloud backends are not chosen until the next
+  # day (tasks fall back to a local backend or wait). null = no limit.
+  max_cloud_cost_per_day_usd: null
   load_penalty:
     enabled: true
     max_penalty: 20            # points taken off a fully loaded node (pending >= max_workers)
@@ -274,6 +281,19 @@ media_folders: []
 # the same PostgreSQL database ($FREDICA_STORE_URL overrides this).
 store:
   url: ""
+
+# -- Notifications -------------------------------------------------------------------------------
+# A JSON POST (pipeline id, title, template, status, durations, link) when a pipeline this node
+# owns ends; retried with backoff, never holding up the work. The web page also shows a browser
+# notification when it is open and allowed to.
+notifications:
+  webhook_url: ""          # e.g. "https://hooks.example.org/fredica"; empty: none
+  on: ["completed", "failed"]  # completed | failed (also partial_failed) | cancelled
+  webhook_secret: ""       # set: each body is signed (X-Fredica-Signature: sha256=<HMAC>)
+  public_url: ""           # the web UI's address in the link, e.g. behind a proxy; empty: this node
+  timeout_sec: 10
+  retries: 3               # further attempts after a failure, waiting backoff_sec, 2x, 4x...
+  backoff_sec: 2
 
 # -- Maintained by the program; do not edit ------------------------------------------------------
 _runtime:

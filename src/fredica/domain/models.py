@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import enum
+import operator
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 JSON = dict[str, Any]
@@ -129,15 +133,58 @@ class ShutdownType(enum.StrEnum):
 
 def _slots_json(obj: Any) -> JSON:
     """Every slot of a frozen dataclass as JSON-ready values (enums as their values)."""
-    out: JSON = {}
-    for name in obj.__slots__:
-        value = getattr(obj, name)
+    names, read, special = _slot_plan(type(obj))
+    out: JSON = dict(zip(names, read(obj), strict=True))
+    for name in special:  # only the slots whose type can hold an enum or an Affinity
+        value = out[name]
         if isinstance(value, enum.Enum):
-            value = value.value
+            out[name] = value.value
         elif isinstance(value, Affinity):
-            value = value.to_json()
-        out[name] = value
+            out[name] = value.to_json()
     return out
+
+
+_SLOT_PLANS: dict[
+    type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]], tuple[str, ...]]
+] = {}
+
+
+def _slot_plan(
+    cls: type,
+) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]], tuple[str, ...]]:
+    """A class's slot names, one getter for all of them, and the slots to convert (a page of a
+    thousand tasks is serialised without looking at every value's type)."""
+    plan = _SLOT_PLANS.get(cls)
+    if plan is None:
+        names = tuple(cls.__slots__)  # type: ignore[attr-defined]
+        try:
+            hints = typing.get_type_hints(cls)
+            special = tuple(n for n in names if _may_convert(hints.get(n)))
+        except Exception:  # unresolvable annotations: look at every slot
+            special = names
+        getter = operator.attrgetter(*names)
+        read = getter if len(names) > 1 else (lambda o: (getter(o),))
+        plan = _SLOT_PLANS[cls] = (names, read, special)
+    return plan
+
+
+def _may_convert(hint: Any) -> bool:
+    """Whether a slot of this type may hold an enum or an Affinity at its top level (anything
+    not plainly another type counts, to be safe)."""
+    if hint is None or hint is Any or hint is object:
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (dict, list, tuple, set, frozenset):
+        return False  # a container: its items are never converted
+    kinds = typing.get_args(hint) if origin is not None else (hint,)
+    return any(
+        k is Any
+        or k is object
+        or not isinstance(k, type)
+        or issubclass(k, enum.Enum)
+        or issubclass(k, Affinity)
+        for k in kinds
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +268,25 @@ class Pipeline:
 
     def to_json(self) -> JSON:
         return _slots_json(self)
+
+    @property
+    def title(self) -> str:
+        return display_title(self.params, self.material_id)
+
+
+def display_title(params: JSON | None, material_id: str | None) -> str:
+    """What people recognise a pipeline by: its `title` param, else its source's file name (a
+    URL whole), else its material id."""
+    params = params or {}
+    title = params.get("title")
+    if isinstance(title, str) and title.strip():
+        return title.strip()
+    source = params.get("source")
+    if isinstance(source, str) and source:
+        if source.startswith(("http://", "https://")):
+            return source
+        return PurePosixPath(source.removeprefix("file://")).name or source
+    return str(material_id or "")
 
 
 @dataclass(frozen=True, slots=True)

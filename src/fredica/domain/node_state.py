@@ -29,6 +29,7 @@ REPORTED_INFO = (
     "disk_total",
     "disk_min_free",  # bytes it keeps free (seed 001 §7.7)
     "disk_held",  # the disk-heavy task types it leaves to others for lack of room
+    "active_api_calls",  # its cloud calls in flight per backend (seed 001 §7.8)
 )
 
 

@@ -20,6 +20,8 @@ from fredica.capabilities import catalog, probes, scoring, task_types
 from fredica.config import schema as config
 from fredica.domain import errors, models
 from fredica.engine import declare
+from fredica.engine.cloudlimits import CloudLimits
+from fredica.executors import usage
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +35,11 @@ class BackendChoice:
     model: str | None
     config: Mapping[str, Any]
     breakdown: str
+    #: how the choice is recorded with the outcome ("backend score=N (breakdown)")
+    note: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "note", f"{self.backend} score={self.score} ({self.breakdown})")
 
 
 @functools.cache
@@ -50,6 +57,8 @@ class BackendSelector:
     hardware: declare.HardwareScores | None = None
     #: every backend considered at start-up, declared or not, with the reason
     declarations: tuple[declare.Declaration, ...] = ()
+    #: cloud API ceilings and the daily budget (seed 001 §7.8); None: max_concurrent only
+    limits: CloudLimits | None = None
     _gates: dict[
         tuple[frozenset[str], frozenset[str]], tuple[frozenset[str] | None, frozenset[str] | None]
     ] = field(default_factory=dict, repr=False, compare=False)
@@ -115,7 +124,11 @@ class BackendSelector:
         type with no particular payload, at this load): what it advertises to its peers and
         compares with theirs before claiming (seed 001 §6.3)."""
         scores: dict[str, float] = {}
-        load = scoring.LoadInfo(pending_tasks=pending, active_by_backend=dict(active_by_backend))
+        load = scoring.LoadInfo(
+            pending_tasks=pending,
+            active_by_backend=dict(active_by_backend),
+            ceilings=self._ceilings(None),
+        )
         for task_type in sorted(task_types):
             demand = scoring.TaskDemand(
                 task_type=task_type,
@@ -141,13 +154,22 @@ class BackendSelector:
         return frozenset({c.function for c in self.capabilities} - free)
 
     def _full_backends(self, active_by_backend: Mapping[str, int]) -> frozenset[str]:
-        """Backends at their max_concurrent right now."""
+        """Backends at their max_concurrent right now (or at their lower ceiling: halved
+        after a 429, the cluster's room, the daily cloud budget spent)."""
         full = set()
+        ceilings = self._ceilings(None)
         for cap in self.capabilities:
             limit = cap.metadata.get("max_concurrent", "")
-            if limit.isdigit() and active_by_backend.get(cap.backend, 0) >= int(limit):
+            active = active_by_backend.get(cap.backend, 0)
+            if limit.isdigit() and active >= int(limit):
+                full.add(cap.backend)
+            ceiling = ceilings.get(cap.backend)
+            if ceiling is not None and active >= ceiling[0]:
                 full.add(cap.backend)
         return frozenset(full)
+
+    def _ceilings(self, publisher: str | None) -> dict[str, tuple[int, str]]:
+        return self.limits.ceilings(publisher) if self.limits is not None else {}
 
     def claimable_types(
         self, executor_types: frozenset[str], busy: frozenset[F] = frozenset()
@@ -200,20 +222,33 @@ class BackendSelector:
     def choose(
         self, task: models.Task, active_by_backend: Mapping[str, int], pending: int
     ) -> BackendChoice:
-        """The best backend for `task` now; ResourceError (with the reasons) if none fits."""
+        """The best backend for `task` now; ResourceError (with the reasons) if none fits.
+
+        A cloud choice binds the call meter of its backend to the calling asyncio task (the
+        one that runs the attempt): its 429s and costs reach this node's `limits`."""
+        ceilings = self._ceilings(task.publisher_id)
         key = _choice_key(task, active_by_backend, min(pending, self._pending_cap))
+        if key is not None and ceilings:
+            key = (*key, tuple(sorted(ceilings.items())))
         cached = self._choices.get(key) if key is not None else None
         if cached is not None:
-            return cached
-        choice = self._choose(task, active_by_backend, pending)
-        if key is not None:
-            if len(self._choices) >= CHOICE_CACHE_SIZE:
-                self._choices.clear()
-            self._choices[key] = choice
+            choice = cached
+        else:
+            choice = self._choose(task, active_by_backend, pending, ceilings)
+            if key is not None:
+                if len(self._choices) >= CHOICE_CACHE_SIZE:
+                    self._choices.clear()
+                self._choices[key] = choice
+        if self.limits is not None and self.limits.is_cloud(choice.backend):
+            usage.bind(self.limits.meter(choice.backend, task.publisher_id))
         return choice
 
     def _choose(
-        self, task: models.Task, active_by_backend: Mapping[str, int], pending: int
+        self,
+        task: models.Task,
+        active_by_backend: Mapping[str, int],
+        pending: int,
+        ceilings: Mapping[str, tuple[int, str]],
     ) -> BackendChoice:
         payload = task.payload
         demand = scoring.TaskDemand(
@@ -227,7 +262,9 @@ class BackendSelector:
             ),
             storage_preference=str(payload.get("storage_preference", "any")),
         )
-        load = scoring.LoadInfo(pending_tasks=pending, active_by_backend=dict(active_by_backend))
+        load = scoring.LoadInfo(
+            pending_tasks=pending, active_by_backend=dict(active_by_backend), ceilings=ceilings
+        )
         evaluation = scoring.evaluate(
             _model_pinned(self.capabilities, payload),
             demand,
@@ -238,6 +275,7 @@ class BackendSelector:
         best = evaluation.best
         if best is None:
             reasons = "; ".join(r.reason for r in evaluation.rejected) or "no capability declared"
+            self._check_publisher_budget(task, reasons)
             if _only_busy(evaluation.rejected):
                 raise errors.BackendBusy(f"{task.type}: {reasons}")
             raise errors.ResourceError(
@@ -258,6 +296,19 @@ class BackendSelector:
             breakdown = f"model {best.model} on {kind or 'cpu'}; {breakdown}"
         return BackendChoice(best.backend, best.score, best.model, config, breakdown)
 
+    def _check_publisher_budget(self, task: models.Task, reasons: str) -> None:
+        """A task left without a backend because its publisher token spent its daily cloud
+        budget waits for the next day (RATE_LIMITED with that delay): the claim cannot filter
+        by token, and handing it back at once would have it claimed again at once."""
+        if self.limits is None or not task.publisher_id:
+            return
+        spent = self.limits.budget_reached(task.publisher_id)
+        if spent and spent != self.limits.budget_reached(None) and spent in reasons:
+            raise errors.RateLimitedError(
+                f"{task.type}: {reasons}; its cloud backends wait for the next UTC day",
+                retry_after_sec=self.limits.seconds_to_next_day(),
+            )
+
 
 def _only_busy(rejected: tuple[scoring.Rejection, ...]) -> bool:
     """Whether the task waits for a slot rather than for another node: some backend is at its
@@ -277,6 +328,8 @@ def _choice_key(
 ) -> tuple[Any, ...] | None:
     payload = task.payload
     shape: Any = ()
+    if not active_by_backend and not payload:  # the common case, without building anything
+        return (task.type, task.cloud_preference, shape, (), pending)
     if payload:
         if len(payload) > _SMALL_PAYLOAD:
             return None

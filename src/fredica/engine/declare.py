@@ -95,6 +95,9 @@ RULES: tuple[Rule, ...] = (
     Rule(F.EMOTION_DETECT, "speechbrain-emotion", K.GPU, modules=_SB, gpu="cuda"),
     Rule(F.EMOTION_DETECT, "speechbrain-emotion-cpu", K.CPU, modules=_SB,
          unless="speechbrain-emotion"),
+    Rule(F.EMOTION_DETECT, "nrc-emotion-lexicon", K.CPU, modules=("nrclex",)),
+    # no wheel ships a speech-emotion model: onnx-emotion runs one the operator exports
+    Rule(F.EMOTION_DETECT, "onnx-emotion", K.CPU, modules=("onnxruntime",), needs_model_path=True),
     Rule(F.SUBTITLE_SYNC, "alass", K.CPU, binaries=("alass", "alass-cli")),
     Rule(F.SUBTITLE_SYNC, "ffsubsync", K.CPU, modules=("ffsubsync",)),
     Rule(F.SUBTITLE_SYNC, "subsync", K.CPU, modules=("subsync",)),
@@ -127,7 +130,7 @@ RUNNABLE: dict[F, frozenset[str]] = {
     ),
     F.SPEECH_ENHANCE: frozenset({"noisereduce"}),
     F.SPEAKER_DIARIZE: frozenset({"builtin-mfcc-cluster"}),
-    F.EMOTION_DETECT: frozenset(),
+    F.EMOTION_DETECT: frozenset({"nrc-emotion-lexicon", "onnx-emotion"}),
     F.SUBTITLE_SYNC: frozenset({"builtin-vad-xcorr", "ffsubsync"}),
     F.AUDIO_FINGERPRINT: frozenset({"chromaprint", "acoustid-api"}),
 }

@@ -644,7 +644,12 @@ class WorkerEngine:
             )
         finally:
             if running.choice is not None:
-                self._active_by_backend[running.choice.backend] -= 1
+                backend = running.choice.backend
+                left = self._active_by_backend[backend] - 1
+                if left:
+                    self._active_by_backend[backend] = left
+                else:  # no zero entries: an idle node's load is an empty dict
+                    del self._active_by_backend[backend]
             self._note_run_time(running)
             self._forget(running)
             self._start_queued()
@@ -709,11 +714,7 @@ class WorkerEngine:
         if choice.model:
             ctx.backend_config.setdefault("model", choice.model)
         self._active_by_backend[choice.backend] = self._active_by_backend.get(choice.backend, 0) + 1
-        running.backend = BackendNote(
-            choice.backend,
-            f"{choice.backend} score={choice.score} ({choice.breakdown})",
-            self.clock.now(),
-        )
+        running.backend = BackendNote(choice.backend, choice.note, self.clock.now())
         return choice
 
     async def _complete(self, running: _Running, result: dict[str, Any], note: str | None) -> None:

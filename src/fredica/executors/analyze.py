@@ -9,6 +9,10 @@ payload; endpoints and keys come from `ctx.backend_config`:
 - local-extractive: the pure-Python summariser in `extractive.py`; needs nothing, so it is the
   default when no backend is configured.
 A cloud backend without its key fails AWAITING_CREDENTIAL (configure it and retry, or skip).
+
+The analysis is also written as files in the task's result dir, listed in the result's `files`
+like the transcript's: `summary.md` (summary, tags and chapters as Markdown, headed by the
+payload's `title`) and `analysis.json` (the result itself).
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from fredica.domain import errors, models
-from fredica.executors import extractive, httperrors
+from fredica.executors import extractive, httperrors, outputs
+from fredica.executors import usage as cloud_usage
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
 
@@ -53,6 +59,8 @@ SYSTEM_PROMPT = (
     "Chapters follow the [mm:ss] timestamps of the transcript. Write in the transcript's "
     "language."
 )
+SUMMARY_FILE = "summary.md"
+ANALYSIS_FILE = "analysis.json"
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.MULTILINE)
 
 
@@ -101,6 +109,44 @@ def parse_reply(content: str) -> dict[str, Any]:
                 start_sec = 0.0
             chapters.append({"start_sec": start_sec, "title": ch["title"]})
     return {"summary": data["summary"], "tags": tags, "chapters": chapters}
+
+
+def clock(seconds: float) -> str:
+    """75.4 -> "01:15", 3725 -> "1:02:05" (as the web page shows chapter times)."""
+    s = max(0, int(seconds))
+    hours, rest = divmod(s, 3600)
+    return (
+        f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+        if hours
+        else f"{rest // 60:02d}:{rest % 60:02d}"
+    )
+
+
+def summary_markdown(title: str, result: dict[str, Any]) -> str:
+    """`summary.md`: the title, then the summary, tags and chapters (sections left out when
+    empty)."""
+    lines = [f"# {title}", "", "## Summary", "", str(result.get("summary") or "").strip(), ""]
+    tags = [str(t) for t in result.get("tags") or []]
+    if tags:
+        lines += ["## Tags", "", ", ".join(tags), ""]
+    chapters = [c for c in result.get("chapters") or [] if isinstance(c, dict)]
+    if chapters:
+        lines += ["## Chapters", ""]
+        lines += [
+            f"- {clock(float(c.get('start_sec') or 0))} {c.get('title', '')}" for c in chapters
+        ]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_files(out: Path, title: str, result: dict[str, Any]) -> dict[str, str]:
+    """Write `summary.md` and `analysis.json` of `result` into `out` (each atomically);
+    returns {"summary_md": path, "analysis_json": path}."""
+    files = {"summary_md": out / SUMMARY_FILE, "analysis_json": out / ANALYSIS_FILE}
+    outputs.write_text_atomic(files["summary_md"], summary_markdown(title, result))
+    document = json.dumps(result, ensure_ascii=False, indent=1)
+    outputs.write_text_atomic(files["analysis_json"], document)
+    return {key: str(path) for key, path in files.items()}
 
 
 class Backend:
@@ -197,6 +243,13 @@ class Backend:
             ) from exc
 
 
+def charge_tokens(ctx: TaskContext, usage: dict[str, Any]) -> float | None:
+    """Record what a chat call cost from the tokens the provider counted (input + output)."""
+    counts = [usage.get("input_tokens"), usage.get("output_tokens")]
+    tokens = sum(n for n in counts if isinstance(n, int) and n > 0)
+    return cloud_usage.charge(ctx, tokens / 1000, "1k_tokens") if tokens else None
+
+
 def choose_backend(ctx: TaskContext) -> str:
     name = ctx.backend or ctx.backend_config.get("backend") or LOCAL
     known = {LOCAL, "anthropic-api", "ollama", *OPENAI_WIRE}
@@ -226,15 +279,14 @@ class AiAnalyzeExecutor(TaskExecutor):
         ctx.event("tool", backend)
         await ctx.checkpoint()
         if not text.strip():
-            return ExecuteResult(
-                {
-                    "summary": "",
-                    "tags": [],
-                    "chapters": [],
-                    "backend": backend,
-                    "note": "the transcript is empty: nothing to analyse",
-                }
-            )
+            empty: dict[str, Any] = {
+                "summary": "",
+                "tags": [],
+                "chapters": [],
+                "backend": backend,
+                "note": "the transcript is empty: nothing to analyse",
+            }
+            return ExecuteResult(self._with_files(task, ctx, empty))
         if backend == LOCAL:
             opts = {
                 "max_sentences": int(payload.get("max_sentences", 5)),
@@ -247,8 +299,17 @@ class AiAnalyzeExecutor(TaskExecutor):
         else:
             result = await self._remote(ctx, backend, payload, text, segments)
         result["language"] = payload.get("language")
+        result = self._with_files(task, ctx, result)
         ctx.progress(100, "analysed")
         return ExecuteResult(result)
+
+    @staticmethod
+    def _with_files(task: models.Task, ctx: TaskContext, result: dict[str, Any]) -> dict[str, Any]:
+        """`result` with `files`: the analysis written next to the task's other outputs."""
+        title = task.payload.get("title")
+        if not isinstance(title, str) or not title.strip():
+            title = task.material_id or "Analysis"
+        return {**result, "files": write_files(ctx.output_dir, title, result)}
 
     async def _remote(
         self,
@@ -284,4 +345,7 @@ class AiAnalyzeExecutor(TaskExecutor):
         result.update(
             {"backend": name, "model": backend.model, "usage": usage, "input_truncated": truncated}
         )
+        cost = charge_tokens(ctx, usage)
+        if cost is not None:
+            result["cost_usd"] = round(cost, 6)
         return result

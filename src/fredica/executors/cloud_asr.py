@@ -40,7 +40,7 @@ from typing import Any
 import httpx
 
 from fredica.domain import errors
-from fredica.executors import audio, ffmpeg, httperrors, whisper_pass
+from fredica.executors import audio, ffmpeg, httperrors, usage, whisper_pass
 from fredica.executors.context import TaskContext
 
 
@@ -451,6 +451,9 @@ async def transcribe_chunk(ctx: TaskContext, job: ChunkJob) -> dict[str, Any]:
     )
     if duration is None:
         duration = _number(body.get("duration"))
+    cost = (
+        usage.charge(ctx, duration / 60, "audio_minute") if duration else None
+    )  # billed per minute
     rows, timing = segments_of(body, duration)
     out = whisper_pass.shifted(rows, job.offset)
     elapsed = time.monotonic() - started
@@ -464,6 +467,7 @@ async def transcribe_chunk(ctx: TaskContext, job: ChunkJob) -> dict[str, Any]:
         "realtime_factor": round(elapsed / duration, 3) if duration else None,
         "timestamps": timing,
         **ran(client),
+        **({"cost_usd": round(cost, 6)} if cost is not None else {}),
     }
 
 
@@ -491,6 +495,9 @@ async def detect_windows(
         body = await client.transcribe(
             ctx, name, data, language=None, prompt=None, duration=sample_sec
         )
+        seconds = _number(body.get("duration")) or (None if whole else sample_sec)
+        if seconds:
+            usage.charge(ctx, seconds / 60, "audio_minute")
         code = language_code(body.get("language"))
         if code is None or not str(body.get("text") or "").strip():
             continue  # no speech in this window: it says nothing about the language

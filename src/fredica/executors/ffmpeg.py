@@ -5,7 +5,9 @@ which ships a static binary. Every run goes through `TaskContext.run_process`, s
 the process (SIGSTOP) and cancel kills it. Progress is read from `-progress pipe:1`
 (`out_time_us=` lines against the input duration). Failures are classified here, at the seam:
 unreadable or corrupt input is PERMANENT with ffmpeg's own message, a full disk is RESOURCE,
-network trouble while reading a stream is TRANSIENT.
+network trouble while reading a stream is TRANSIENT, and an ffmpeg that is itself broken here
+(a library it needs does not load, a binary for another machine) is RESOURCE too: the input is
+fine, another node should run the task, and the node's quarantine counts it.
 """
 
 from __future__ import annotations
@@ -50,6 +52,17 @@ _PERMANENT_MARKERS = (
     "Server returned 401",
     "Server returned 410",
 )
+#: what the dynamic loader or the kernel print when the ffmpeg binary itself cannot run here
+_BROKEN_TOOL_MARKERS = (
+    "error while loading shared libraries",
+    "cannot open shared object file",
+    "symbol lookup error",
+    "undefined symbol:",
+    "Exec format error",
+    "Illegal instruction",
+    "version `GLIBC_",
+)
+
 _TRANSIENT_MARKERS = (
     "Connection refused",
     "Connection timed out",
@@ -95,6 +108,8 @@ def classify_failure(exc: process.ProcessFailed, what: str) -> errors.TaskError:
     """Map a failed ffmpeg run to the error classes of seed §7.6."""
     text = exc.stderr
     message = f"{what}: ffmpeg exited with code {exc.returncode}: {meaningful_stderr(text)}"
+    if _broken_tool(text):  # checked first: the loader's message says "No such file" too
+        return errors.ResourceError(f"ffmpeg is broken on this node: {message}", hint="BROKEN_TOOL")
     if "No space left on device" in text:
         return errors.ResourceError(message, hint="DISK_FULL")
     if any(marker in text for marker in _TRANSIENT_MARKERS):
@@ -102,6 +117,10 @@ def classify_failure(exc: process.ProcessFailed, what: str) -> errors.TaskError:
     if any(marker in text for marker in _PERMANENT_MARKERS):
         return errors.PermanentError(message)
     return errors.TransientError(message)
+
+
+def _broken_tool(stderr: str) -> bool:
+    return any(marker in stderr for marker in _BROKEN_TOOL_MARKERS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +169,11 @@ async def probe(ctx: TaskContext, source: str | Path) -> MediaInfo:
     info = parse_info(result.stderr)
     if not (info.audio_streams or info.video_streams):
         detail = meaningful_stderr(result.stderr, limit=2) or "no streams found"
+        if _broken_tool(result.stderr):
+            raise errors.ResourceError(
+                f"ffmpeg ({exe}) is broken on this node, cannot read {source}: {detail}",
+                hint="BROKEN_TOOL",
+            )
         if any(marker in result.stderr for marker in _TRANSIENT_MARKERS):
             raise errors.TransientError(f"cannot read media {source}: {detail}")
         raise errors.PermanentError(f"cannot read media {source}: {detail}")

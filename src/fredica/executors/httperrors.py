@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from fredica.domain import errors
+from fredica.executors import usage
 from fredica.executors.context import TaskContext
 
 T = TypeVar("T")
@@ -120,6 +121,7 @@ def for_status(response: httpx.Response, what: str, provider: str = "") -> error
     reason = _REASONS.get(status, response.reason_phrase or "")
     message = f"{what}: HTTP {status} {reason}".rstrip() + (f": {detail}" if detail else "")
     if status == 429:
+        usage.rate_limited()  # the node halves this backend's concurrency (seed 001 §7.8)
         return errors.RateLimitedError(
             message,
             provider=provider,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fredica.domain import errors, models
-from fredica.executors import analyze, httperrors, outputs, subtitles
+from fredica.executors import analyze, httperrors, outputs, subtitles, usage
 from fredica.executors import subtitle_format as sf
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
@@ -107,6 +107,7 @@ async def deepl(ctx: TaskContext, texts: list[str], source: str, target: str) ->
             out += [str(t["text"]) for t in data["translations"]]
         except (KeyError, TypeError) as exc:
             raise errors.PermanentError(f"deepl-api: unexpected reply shape ({exc})") from exc
+        usage.charge(ctx, sum(len(t) for t in body["text"]) / 1000, "1k_chars")
         ctx.progress(10 + 85 * len(out) / len(texts), f"{len(out)}/{len(texts)} lines")
     if len(out) != len(texts):
         raise errors.PermanentError(f"deepl-api returned {len(out)} texts for {len(texts)}")
@@ -130,7 +131,8 @@ async def llm(
             ctx, url, what=f"{name} {backend.model}", provider=name, timeout=timeout,
             headers=headers, json=body,
         )  # fmt: skip
-        content, _ = backend.reply(data)
+        content, used = backend.reply(data)
+        analyze.charge_tokens(ctx, used)
         found = parse_llm_lines(content, ids)
         out += [found[n] for n in ids]
         ctx.progress(10 + 85 * len(out) / len(texts), f"{len(out)}/{len(texts)} lines")

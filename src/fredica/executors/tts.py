@@ -23,7 +23,7 @@ import httpx
 import numpy as np
 
 from fredica.domain import errors, models
-from fredica.executors import ffmpeg, httperrors, outputs, subtitles
+from fredica.executors import ffmpeg, httperrors, outputs, subtitles, usage
 from fredica.executors import subtitle_format as sf
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
@@ -142,6 +142,7 @@ class Synth:
                 raise httperrors.for_transport(exc, url, OPENAI_TTS) from exc
         if response.status_code >= 400:
             raise httperrors.for_status(response, OPENAI_TTS, provider="openai")
+        usage.charge(self.ctx, len(text) / 1000, "1k_chars")  # billed per input character
         out.write_bytes(response.content)
 
     async def fit(self, text: str, out: Path, slot: float) -> tuple[np.ndarray, float]:

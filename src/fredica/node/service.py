@@ -31,9 +31,11 @@ from fredica.cluster.router import OwnerRouter
 from fredica.config import schema as config
 from fredica.domain import errors, models, node_state
 from fredica.domain.clock import Clock, SystemClock
+from fredica.domain.history import ListFilter
 from fredica.domain.models import ShutdownType
 from fredica.domain.wire import event_from_json, pipeline_from_json, task_from_json
 from fredica.engine.backends import BackendSelector
+from fredica.engine.cloudlimits import CloudLimits
 from fredica.engine.registry import Registry
 from fredica.engine.wakeups import CoalescedCall
 from fredica.engine.worker import EngineSettings, WorkerEngine
@@ -43,6 +45,7 @@ from fredica.node import (
     cluster,
     disk,
     gctune,
+    notify,
     quality,
     recovery,
     servable,
@@ -77,6 +80,7 @@ KEY_PREVIOUS_SHUTDOWN = "previous_shutdown_type"
 KEY_RECOVERY = "startup_recovery"
 REPLICA_BATCH = 500  # rows per replication pull
 STOP_STEP_SEC = 10.0  # seconds a step of stopping may take beyond the shutdown grace
+NOTIFY_FLUSH_SEC = 5.0  # seconds a stopping node gives its webhook for the notices left
 PUSH_INTERVAL = 0.25  # seconds: at most one change notice to the peers per interval
 KEY_DRAINING = "draining"  # "1" while drained: survives a restart until `undrain`
 NETWORK_FS_TYPES = frozenset({"nfs", "nfs4", "cifs", "smbfs", "smb3", "9p", "fuse.sshfs", "afpfs"})
@@ -252,6 +256,10 @@ class Node:
             on_freed=self.disk.forget_usage,
         )
         self._sweeping: asyncio.Task[None] | None = None
+        #: worker.yaml `notifications`: a webhook told when a pipeline of this node ends
+        self.notifier = notify.Notifier(cfg.notifications, settings.node_id, self.address)
+        #: the notifier's side loops while it runs: (follow the changes, send)
+        self._notifying: tuple[asyncio.Task[None], asyncio.Task[None]] | None = None
         #: the settings page, uploads, media folders and charts (their own modules)
         self.settings_desk = node_settings.SettingsDesk(settings.config_path, cfg)
         self.uploads = node_uploads.Uploads(
@@ -280,6 +288,9 @@ class Node:
         cfg = self.settings.config or config.parse_config({}, "defaults")
         selector = await asyncio.to_thread(
             BackendSelector.from_config, cfg, self._plugin_functions()
+        )
+        selector.limits = CloudLimits.from_config(
+            cfg, selector.capabilities, self.settings.data_dir, self.auth.cloud_budget
         )
         self.engine.selector = selector
         updates = selector.runtime_cache_updates(cfg)
@@ -316,6 +327,8 @@ class Node:
         self.started_at = now
         self._presence = asyncio.create_task(self._presence_loop(), name="fredica-presence")
         self._sweeping = asyncio.create_task(self.sweeper.run(self.changes), name="fredica-sweep")
+        if self.notifier.enabled:
+            await self._start_notifier()
         if self.membership is not None:
             self.membership.start()
         if self.discovery is not None:
@@ -361,6 +374,7 @@ class Node:
                     "free_slots": self.free_slots,
                     "scores": self.type_scores(),
                     **self.disk_info(),
+                    "active_api_calls": self.active_api_calls(),
                 },
             )
         )
@@ -401,6 +415,7 @@ class Node:
             try:
                 await self.register_self()
                 await self.refresh_gate()
+                await self.refresh_cloud_limits()
             except errors.StoreError as exc:
                 logger.warning("presence not recorded: %s", exc, extra={"action": "presence"})
 
@@ -513,7 +528,15 @@ class Node:
             "capabilities": self._capability_rows(),
             "scores": self.type_scores(),
             **self.disk_info(),
+            "active_api_calls": self.active_api_calls(),
         }
+
+    def active_api_calls(self) -> dict[str, int]:
+        """This node's cloud API calls in flight per backend (seed 001 §7.8)."""
+        selector = self.engine.selector
+        if selector is None or selector.limits is None:
+            return {}
+        return selector.limits.active_calls(self.engine.active_by_backend)
 
     def disk_info(self) -> dict[str, Any]:
         """What peers and the UI learn of this node's disk beyond its free space: the minimum
@@ -556,6 +579,26 @@ class Node:
             for row in await self._store.list_nodes()
         )
 
+    async def refresh_cloud_limits(self) -> None:
+        """Give the cloud limits the API calls the live peers last reported, for the
+        cluster-wide `cluster_max_concurrent` (seed 001 §7.8)."""
+        selector = self.engine.selector
+        if selector is None or selector.limits is None or not selector.limits.cluster_max:
+            return
+        now = await self._store.now()
+        fresh = now - self.settings.engine_settings().stale_after
+        changed = selector.limits.set_peer_calls(
+            {
+                row.id: dict(row.info.get("active_api_calls") or {})
+                for row in await self._store.list_nodes()
+                if row.id != self.node_id
+                and row.status not in ("offline",)
+                and row.last_seen_at >= fresh
+            }
+        )
+        if changed:
+            self.engine.wake()  # room freed on the peers is claimable now
+
     def _capability_rows(self) -> list[dict[str, Any]]:
         selector = self.engine.selector
         caps = [] if selector is None else selector.capabilities
@@ -581,9 +624,7 @@ class Node:
         self.changes.close()
         for side in (self._presence, self._sweeping):
             if side is not None:
-                side.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await side
+                await _cancel(side)
         if self.discovery is not None:
             # unregister (mDNS goodbye) while the network is up
             await self._bounded("mDNS discovery", self.discovery.stop(), STOP_STEP_SEC)
@@ -591,11 +632,37 @@ class Node:
         await self._bounded("the engine", self.engine.stop(grace), shutdown_grace + STOP_STEP_SEC)
         if self.membership is not None:
             await self._bounded("membership", self.membership.stop(), STOP_STEP_SEC)
+        if self._notifying is not None:
+            await self._bounded(
+                "notifications", self._stop_notifier(), NOTIFY_FLUSH_SEC + STOP_STEP_SEC
+            )
         await self.register_self("offline")
         await self._store.set_config(KEY_LAST_SHUTDOWN, ShutdownType.CLEAN.value)
         await self._store.close()
         self._lock.release()
         logger.info("node %s stopped cleanly", self.node_id, extra={"action": "node_stop"})
+
+    async def _start_notifier(self) -> None:
+        """Follow the change feed from now on and post a notice per ended pipeline."""
+        self.notifier.cursor = await self._store.latest_cursor()
+        follow = self.notifier.follow(self.changes, self.changes_since, self._tasks_of)
+        self._notifying = (
+            asyncio.create_task(follow, name="fredica-notify-follow"),
+            asyncio.create_task(self.notifier.send_forever(), name="fredica-notify-send"),
+        )
+
+    async def _stop_notifier(self) -> None:
+        """After the engine stopped: notice the ends its last work caused, and give the
+        webhook a few seconds to take what is queued."""
+        assert self._notifying is not None
+        follow, send = self._notifying
+        await _cancel(follow)
+        await self.notifier.catch_up(self.changes_since, self._tasks_of)
+        await self.notifier.flush(NOTIFY_FLUSH_SEC)
+        await _cancel(send)
+
+    async def _tasks_of(self, pipeline_id: str) -> list[models.Task]:
+        return await self._store.list_tasks(pipeline_id, limit=100_000)
 
     @staticmethod
     async def _bounded(what: str, step: Coroutine[Any, Any, None], timeout: float) -> None:
@@ -960,7 +1027,15 @@ class Node:
             "outbox": len(await self._store.outbox_list()) if self.router is not None else 0,
             # free space, the work held back for lack of it, and the clean-up (seed 001 §7.7)
             "disk": {**await asyncio.to_thread(self.disk.state), "cleanup": self.sweeper.state()},
+            # cloud API calls in flight, their ceilings and today's spend (seed 001 §7.8)
+            "cloud": self.cloud_state(),
         }
+
+    def cloud_state(self) -> dict[str, Any] | None:
+        selector = self.engine.selector
+        if selector is None or selector.limits is None:
+            return None
+        return selector.limits.state(self.engine.active_by_backend)
 
     async def cluster_view(self) -> dict[str, Any]:
         """Every known node with slots used, load, memory and free disk (the UI's panel)."""
@@ -981,6 +1056,11 @@ class Node:
         """A file of this node's data dir for a peer (`GET /files/serve`), with its sha256.
         Raises `files.PathRefused` (a malformed path, a directory) or `NotFound`."""
         return await self.files.stat(path)
+
+    async def local_file(self, path: str) -> Path:
+        """A file of this node's data dir that its own web UI may stream (the same rules as
+        `served_file`, without hashing it). Raises `files.PathRefused` or `NotFound`."""
+        return await self.files.find(path)
 
     # --- crash recovery (seed 001 §7.5) ---------------------------------------------------------
     def _run(self) -> recovery.Run:
@@ -1030,8 +1110,9 @@ class Node:
         limit: int = 100,
         cursor: str | None = None,
         offset: int = 0,
+        where: ListFilter | None = None,
     ) -> Page[models.Pipeline]:
-        return await self._store.page_pipelines(status, limit, cursor, offset)
+        return await self._store.page_pipelines(status, limit, cursor, offset, where)
 
     async def get_pipeline(self, pipeline_id: str) -> models.Pipeline:
         return await self._store.get_pipeline(pipeline_id)
@@ -1107,8 +1188,11 @@ class Node:
         limit: int = 100,
         cursor: str | None = None,
         offset: int = 0,
+        where: ListFilter | None = None,
     ) -> Page[models.Task]:
-        return await self._store.page_tasks(pipeline_id, status, task_type, limit, cursor, offset)
+        return await self._store.page_tasks(
+            pipeline_id, status, task_type, limit, cursor, offset, where
+        )
 
     async def get_task(self, task_id: str) -> models.Task:
         return await self._store.get_task(task_id)
@@ -1192,6 +1276,13 @@ class Node:
 
     async def put_setting(self, key: str, value: str) -> None:
         await self._store.set_config(key, value)
+
+
+async def _cancel(side: asyncio.Task[None]) -> None:
+    """Cancel a side loop and wait until it ended."""
+    side.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await side
 
 
 def warn_if_network_fs(path: Path) -> None:

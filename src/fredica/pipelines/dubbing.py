@@ -16,7 +16,8 @@ GENERATE_TTS (the summary read aloud).
 
 `transcribe_speakers`: EXTRACT_AUDIO -> DIARIZE_AUDIO (instead of SPLIT_AUDIO) -> one
 TRANSCRIBE_CHUNK per speaker turn (payload `speaker_id`) -> MERGE_TRANSCRIPTION (segments labelled
-with their speaker) -> AI_ANALYZE.
+with their speaker) -> AI_ANALYZE; with `emotion: true` also MERGE_TRANSCRIPTION ->
+DETECT_EMOTION (one label per speaker segment; `emotion_set` basic | extended).
 
 Each completion passes its output on to the waiting task in the owner's completion
 transaction (DESIGN §4.3); the transcription part is the media template's own.
@@ -29,10 +30,11 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from fredica.domain import errors, models
-from fredica.domain.spawn import SpawnInput, SpawnPlan
+from fredica.domain.spawn import Placement, SpawnInput, SpawnPlan
 from fredica.executors import (
     analyze,
     download,
+    emotion,
     merge,
     outputs,
     speech,
@@ -185,6 +187,34 @@ class SummaryAudioTemplate(_Speaking):
 
 
 SPEAKER_PARAMS = frozenset({"min_speakers", "max_speakers", "min_segment_sec"})
+EMOTION_PARAMS = frozenset({"emotion", "emotion_set"})
+
+
+def _emotion_task(params: dict[str, Any], base: models.NewPipeline) -> models.NewTask | None:
+    """DETECT_EMOTION after the merge when `params.emotion` asks for it (None otherwise)."""
+    wanted = params.get("emotion", False)
+    if not isinstance(wanted, bool):
+        raise errors.InvalidRequest(f"params.emotion: expected true or false, got {wanted!r}")
+    emotion_set = params.get("emotion_set", "basic")
+    if emotion_set not in emotion.EMOTION_SETS:
+        raise errors.InvalidRequest(
+            f"params.emotion_set: expected one of {', '.join(emotion.EMOTION_SETS)}, "
+            f"got {emotion_set!r}"
+        )
+    if not wanted:
+        return None
+    merge_task = next(t for t in base.tasks if t.type == MERGE)
+    return models.NewTask(
+        id=str(uuid.uuid4()),
+        type=emotion.DETECT_EMOTION,
+        payload={"segments": None, "language": None, "emotion_set": emotion_set},
+        depends_on=(str(merge_task.id),),
+        priority=merge_task.priority,
+        max_retries=1,
+        cloud_preference=merge_task.cloud_preference,
+        is_pausable=True,
+        publisher_id=merge_task.publisher_id,
+    )
 
 
 class SpeakersTemplate(media.MediaTemplate):
@@ -192,7 +222,8 @@ class SpeakersTemplate(media.MediaTemplate):
 
     def build(self, request: PipelineRequest, ctx: BuildContext) -> models.NewPipeline:
         own = {k: v for k, v in request.params.items() if k in SPEAKER_PARAMS}
-        rest = {k: v for k, v in request.params.items() if k not in SPEAKER_PARAMS}
+        feel = {k: v for k, v in request.params.items() if k in EMOTION_PARAMS}
+        rest = {k: v for k, v in request.params.items() if k not in SPEAKER_PARAMS | EMOTION_PARAMS}
         try:
             for key, default in (("min_speakers", 1), ("max_speakers", 0)):
                 outputs.payload_number(own, key, default, low=0, high=50)
@@ -209,7 +240,11 @@ class SpeakersTemplate(media.MediaTemplate):
                                         cache_policy=models.CachePolicy.NONE,
                                         idempotency_key=None, max_retries=1)  # fmt: skip
             tasks.append(t)
-        return dataclasses.replace(base, tasks=tuple(tasks), params={**base.params, **own})
+        detect = _emotion_task(feel, base)
+        if detect is not None:
+            tasks.append(detect)
+        params = {**base.params, **own, **feel}
+        return dataclasses.replace(base, tasks=tuple(tasks), params=params)
 
     def on_task_completed(self, done: SpawnInput) -> SpawnPlan | None:
         task, result = done.task, done.task.result or {}
@@ -228,6 +263,21 @@ class SpeakersTemplate(media.MediaTemplate):
             )
             return dataclasses.replace(plan, new_tasks=labelled)
         plan = super().on_task_completed(done)
+        if task.type == media.EXTRACT and plan is not None and "audio_path" in result:
+            # the acoustic backend hears the turns: the audio, and where it is
+            feel = _waiting(done, emotion.DETECT_EMOTION)
+            soft = Placement.follow(task.claimed_by)
+            heard = {t.id: {"audio_path": result["audio_path"]} for t in feel}
+            place = {t.id: soft for t in feel if soft is not None}
+            return dataclasses.replace(
+                plan,
+                patch_payloads={**plan.patch_payloads, **heard},
+                place={**plan.place, **place},
+            )
+        if task.type == MERGE and plan is not None:
+            patch = {"segments": result.get("segments", []), "language": result.get("language")}
+            waiting = {t.id: patch for t in _waiting(done, emotion.DETECT_EMOTION)}
+            return dataclasses.replace(plan, patch_payloads={**plan.patch_payloads, **waiting})
         if task.type != media.CHUNK or plan is None:
             return plan
         speakers = {t.id: t.payload.get("speaker_id") for t in done.siblings}

@@ -307,6 +307,7 @@ class MediaTemplate(Template):
                         "text": None,
                         "prompt": custom,
                         "prompt_hash": analyze.prompt_hash(custom),
+                        "title": models.display_title({"source": source}, material_id),
                     },
                     ["merge"],
                 )

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from fredica.domain import errors, models
 from fredica.domain.spawn import SpawnInput, SpawnPlan
-from fredica.executors import hardsub, outputs, speech, subsync, subtitles, translate, tts
+from fredica.executors import emotion, hardsub, outputs, speech, subsync, subtitles, translate, tts
 from fredica.pipelines.request import PipelineRequest
 from fredica.pipelines.templates import BuildContext, Template
 
@@ -247,6 +247,7 @@ def register_subtitles(registry: Registrar) -> None:
         speech.EnhanceAudioExecutor(),
         speech.DiarizeAudioExecutor(),
         speech.FingerprintAudioExecutor(),
+        emotion.DetectEmotionExecutor(),
     ):
         registry.add_executor(executor)
     registry.add_template(BurnSubtitlesTemplate())

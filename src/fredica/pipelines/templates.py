@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from fredica.domain import errors
+from fredica.domain.ids import uuid4_strings
 from fredica.domain.models import Affinity, NewPipeline, NewTask
 from fredica.domain.spawn import SpawnInput, SpawnPlan
 from fredica.executors import network_test
@@ -99,7 +100,7 @@ class CustomTemplate(Template):
                     f"tasks[{i}] ({spec.ref}): unknown task type {spec.type!r}; known: {known}"
                 )
         order = toposort_refs(request.tasks)
-        ids = {ref: str(uuid.uuid4()) for ref in order}
+        ids = dict(zip(order, uuid4_strings(len(order)), strict=True))
         by_ref = {s.ref: s for s in request.tasks}
         tasks = tuple(
             NewTask(

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from fredica.domain import errors
+from fredica.domain.history import ListFilter
 from fredica.domain.models import (
     JSON,
     ErrorType,
@@ -514,9 +515,13 @@ class TaskStore(ABC):
 
     @abstractmethod
     async def list_pipelines(
-        self, status: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        where: ListFilter | None = None,
     ) -> list[Pipeline]:
-        """Pipelines, newest first (`created_at`, then id)."""
+        """Pipelines, newest first (`created_at`, then id), matching `where`."""
 
     @abstractmethod
     async def page_pipelines(
@@ -525,6 +530,7 @@ class TaskStore(ABC):
         limit: int = 100,
         cursor: str | None = None,
         offset: int = 0,
+        where: ListFilter | None = None,
     ) -> Page[Pipeline]:
         """A page of `list_pipelines`: the rows after `cursor` (a `next_cursor` of an earlier
         page; None: from the start), skipping `offset` of them. A cursor that is not one of
@@ -538,9 +544,12 @@ class TaskStore(ABC):
         task_type: str | None = None,
         limit: int = 500,
         offset: int = 0,
+        where: ListFilter | None = None,
     ) -> list[Task]:
         """Tasks (of a pipeline oldest first, else newest first: `created_at`, then the order
-        of insertion), in any of `status` (None or empty: any)."""
+        of insertion), in any of `status` (None or empty: any), matching `where`. A filter
+        no list can answer (`since` not before `until`, `q` too long, a NUL character) is
+        refused with `InvalidRequest` (`history.check_filter`)."""
 
     @abstractmethod
     async def page_tasks(
@@ -551,6 +560,7 @@ class TaskStore(ABC):
         limit: int = 100,
         cursor: str | None = None,
         offset: int = 0,
+        where: ListFilter | None = None,
     ) -> Page[Task]:
         """A page of `list_tasks` after `cursor` (see `page_pipelines`)."""
 

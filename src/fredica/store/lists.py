@@ -13,6 +13,11 @@ A cursor is opaque to clients: the urlsafe base64 of `[kind, created_at, key]` o
 of a page, where `key` is the insertion order of a task (SQLite `rowid`, PostgreSQL `ord`) or a
 pipeline's id. Anything else is refused with `InvalidRequest`.
 
+History filters (`ListFilter`: text search, template, node, creation time) are conditions
+checked on the rows a list walks, so a page still comes out in list order without a sort; the
+creation-time bounds also narrow each index walk (`created_at` follows the walked index's
+equality columns).
+
 Status counts come from the counters each pipeline keeps (`n_pending`, ...), which every
 transition maintains in its own transaction, plus the few tasks outside any pipeline (an index
 range over `pipeline_id IS NULL`), in one statement, so both parts are of one snapshot.
@@ -29,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fredica.domain import errors
+from fredica.domain.history import ListFilter
 from fredica.domain.models import TaskStatus
 from fredica.store.rows import PIPELINE_COLUMNS, TASK_COLUMNS, Dialect, Row
 
@@ -96,13 +102,15 @@ def task_query(
     limit: int,
     offset: int = 0,
     after: Position | None = None,
+    where: ListFilter | None = None,
 ) -> tuple[str, list[Any]]:
     """The SELECT of one page of tasks (`limit` rows after `offset` rows after `after`).
 
     The list walks one index in its order: a pipeline's (a pipeline has few tasks), else one
     walk per status merged in order, else the type's, else the creation index. The other
-    filters are checked on the rows walked.
+    filters (and `where`) are checked on the rows walked.
     """
+    extra, extra_params = task_conditions(dialect, where)
     order_col = dialect.insertion_order
     ascending = bool(pipeline_id)
     drivers = _index_walks(pipeline_id, statuses, task_type)
@@ -111,17 +119,19 @@ def task_query(
     bounded = len(drivers) > 1 and dialect.union_arm_limits
     arms: list[str] = []
     params: list[Any] = []
-    for index, where, arm_params in drivers:
+    for index, conditions, arm_params in drivers:
         if task_type:
-            where.append("type = ?")
+            conditions.append("type = ?")
             arm_params.append(task_type)
+        conditions += extra
+        arm_params += extra_params
         if after is not None:
-            where.append(f"(created_at, {order_col}) {'>' if ascending else '<'} (?, ?)")
+            conditions.append(f"(created_at, {order_col}) {'>' if ascending else '<'} (?, ?)")
             arm_params += [after.created_at, after.key]
         hint = f" {dialect.index_hint.format(index=index)}" if dialect.index_hint else ""
         sql = f"SELECT {TASK_COLUMNS}, {order_col} AS {KEY} FROM task{hint}"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
+        if conditions:
+            sql += " WHERE " + " AND ".join(conditions)
         if bounded:  # no arm contributes more rows than the page needs
             sql = f"({sql}{order.format(key=order_col)} LIMIT ?)"
             arm_params.append(limit + offset)
@@ -149,23 +159,122 @@ def _index_walks(
 
 # --- pipelines -------------------------------------------------------------------------------
 def pipeline_query(
-    status: str | None, limit: int, offset: int = 0, after: Position | None = None
+    status: str | None,
+    limit: int,
+    offset: int = 0,
+    after: Position | None = None,
+    dialect: Dialect | None = None,
+    where: ListFilter | None = None,
 ) -> tuple[str, list[Any]]:
     """The SELECT of one page of pipelines, newest first (index `pipeline_status` or
-    `pipeline_created`, both in list order)."""
-    where: list[str] = []
-    params: list[Any] = []
+    `pipeline_created`, both in list order). `where` needs the `dialect` (JSON access)."""
+    conditions, params = pipeline_conditions(dialect, where)
     if status:
-        where.append("status = ?")
+        conditions.append("status = ?")
         params.append(status)
     if after is not None:
-        where.append("(created_at, id) < (?, ?)")
+        conditions.append("(created_at, id) < (?, ?)")
         params += [after.created_at, after.key]
     sql = f"SELECT {PIPELINE_COLUMNS}, id AS {KEY} FROM pipeline_instance"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
+    if conditions:
+        sql += " WHERE " + " AND ".join(conditions)
     sql += " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
     return sql, [*params, limit, offset]
+
+
+# --- history filters ---------------------------------------------------------------------------
+def _like(text: str, anchored: bool) -> str:
+    """A LIKE pattern matching `text` literally (escaped with backslash): a prefix, or anywhere."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"{escaped}%" if anchored else f"%{escaped}%"
+
+
+_LIKE = "lower({}) LIKE lower(?) ESCAPE '\\'"
+
+
+Condition = tuple[str, list[Any]] | None
+"""One SQL condition and its parameters (None: no condition)."""
+
+
+def _joined(*parts: Condition) -> tuple[list[str], list[Any]]:
+    conditions: list[str] = []
+    params: list[Any] = []
+    for part in parts:
+        if part is not None:
+            conditions.append(part[0])
+            params += part[1]
+    return conditions, params
+
+
+def _created(where: ListFilter) -> tuple[Condition, Condition]:
+    return (
+        ("created_at >= ?", [where.since]) if where.since is not None else None,
+        ("created_at < ?", [where.until]) if where.until is not None else None,
+    )
+
+
+def _pipeline_text(dialect: Dialect, q: str, column: str = "") -> tuple[str, list[Any]]:
+    """A pipeline's text match: id or material by prefix, source or title anywhere."""
+    prefix, anywhere = _like(q, True), _like(q, False)
+    fields = [
+        (f"{column}id", prefix),
+        (f"{column}material_id", prefix),
+        (dialect.json_text.format(column=f"{column}params", key="source"), anywhere),
+        (dialect.json_text.format(column=f"{column}params", key="title"), anywhere),
+    ]
+    sql = " OR ".join(_LIKE.format(expr) for expr, _ in fields)
+    return f"({sql})", [pattern for _, pattern in fields]
+
+
+def pipeline_conditions(
+    dialect: Dialect | None, where: ListFilter | None
+) -> tuple[list[str], list[Any]]:
+    """The WHERE conditions (and their parameters) of `where` on `pipeline_instance`."""
+    if where is None or where.is_empty:
+        return [], []
+    if dialect is None:
+        raise ValueError("a filtered pipeline list needs the store's dialect")
+    node = where.node
+    return _joined(
+        *_created(where),
+        ("template = ?", [where.template]) if where.template is not None else None,
+        (
+            "(owner_id = ? OR id IN (SELECT pipeline_id FROM task WHERE claimed_by = ?))",
+            [node, node],
+        )
+        if node is not None
+        else None,
+        _pipeline_text(dialect, where.q) if where.q else None,
+    )
+
+
+def task_conditions(dialect: Dialect, where: ListFilter | None) -> tuple[list[str], list[Any]]:
+    """The WHERE conditions (and their parameters) of `where` on `task`: the text matches
+    the task's own id, pipeline id or material by prefix, its type anywhere, or its
+    pipeline (`_pipeline_text`)."""
+    if where is None or where.is_empty:
+        return [], []
+    text: Condition = None
+    if where.q:
+        prefix = _like(where.q, True)
+        own = [_LIKE.format(c) for c in ("id", "pipeline_id", "material_id")]
+        pipeline_sql, pipeline_params = _pipeline_text(dialect, where.q, "p.")
+        text = (
+            f"({' OR '.join(own)} OR {_LIKE.format('type')} OR pipeline_id IN "
+            f"(SELECT p.id FROM pipeline_instance p WHERE {pipeline_sql}))",
+            [prefix, prefix, prefix, _like(where.q, False), *pipeline_params],
+        )
+    return _joined(
+        *_created(where),
+        (
+            "pipeline_id IN (SELECT id FROM pipeline_instance WHERE template = ?)",
+            [where.template],
+        )
+        if where.template is not None
+        else None,
+        ("claimed_by = ?", [where.node]) if where.node is not None else None,
+        text,
+    )
 
 
 # --- counts ----------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ DIALECT = Dialect(
     numbers_task_ord=True,
     tuples=lambda conn, sql, params: cast(_PgConn, conn).tuples(sql, params),
     union_arm_limits=True,
+    json_text="({column}::jsonb ->> '{key}')",
 )
 
 _RETRYABLE = (

@@ -81,6 +81,8 @@ class Dialect:
     #: outer order, and merges (Merge Append) only arms that are ordered themselves. SQLite
     #: merges a plain compound select and does not allow an arm its own ORDER BY.
     union_arm_limits: bool = False
+    #: the text of key `{key}` of the JSON object in column `{column}` (NULL when absent)
+    json_text: str = "json_extract({column}, '$.{key}')"
 
     def is_driver_error(self, exc: BaseException) -> bool:
         return isinstance(exc, self.driver_errors)

@@ -22,8 +22,9 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from fredica.domain import errors, timeseries
+from fredica.domain import errors, history, timeseries
 from fredica.domain.clock import Clock
+from fredica.domain.history import ListFilter
 from fredica.domain.models import (
     JSON,
     TERMINAL_STATUSES,
@@ -68,6 +69,7 @@ from fredica.store.rows import (
     loads_opt,
     row_to_pipeline,
     row_to_task,
+    task_from_values,
 )
 from fredica.store.tx import Tx
 
@@ -467,9 +469,13 @@ class SQLStore(TaskStore):
         return await self._read(read)
 
     async def list_pipelines(
-        self, status: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        where: ListFilter | None = None,
     ) -> list[Pipeline]:
-        page = await self.page_pipelines(status, limit, None, offset)
+        page = await self.page_pipelines(status, limit, None, offset, where)
         return page.items
 
     async def page_pipelines(
@@ -478,11 +484,13 @@ class SQLStore(TaskStore):
         limit: int = 100,
         cursor: str | None = None,
         offset: int = 0,
+        where: ListFilter | None = None,
     ) -> Page[Pipeline]:
         _check_limit(limit)
+        history.check_filter(where)
         after = lists.decode_cursor(lists.PIPELINE_CURSOR, cursor) if cursor else None
         # One row more than asked says whether a next page exists.
-        sql, params = lists.pipeline_query(status, limit + 1, offset, after)
+        sql, params = lists.pipeline_query(status, limit + 1, offset, after, self.dialect, where)
         rows = await self._read(lambda conn: list(conn.execute(sql, params)))
         return _page(rows, limit, lists.PIPELINE_CURSOR, row_to_pipeline)
 
@@ -493,9 +501,20 @@ class SQLStore(TaskStore):
         task_type: str | None = None,
         limit: int = 500,
         offset: int = 0,
+        where: ListFilter | None = None,
     ) -> list[Task]:
-        sql, params = lists.task_query(self.dialect, pipeline_id, status, task_type, limit, offset)
-        return await self._read(lambda conn: [row_to_task(r) for r in conn.execute(sql, params)])
+        history.check_filter(where)
+        sql, params = lists.task_query(
+            self.dialect, pipeline_id, status, task_type, limit, offset, where=where
+        )
+        return await self._read(lambda conn: self._tasks_of(conn, sql, params))
+
+    def _tasks_of(self, conn: Conn, sql: str, params: Sequence[Any]) -> list[Task]:
+        """The tasks a SELECT of `TASK_COLUMNS` (first) returns; as plain tuples where the
+        driver gives them (no per-column name lookups: a pipeline's thousand tasks)."""
+        if self.dialect.tuples is None:
+            return [row_to_task(r) for r in conn.execute(sql, params)]
+        return [task_from_values(v) for v in self.dialect.tuples(conn, sql, params)]
 
     async def page_tasks(
         self,
@@ -505,11 +524,13 @@ class SQLStore(TaskStore):
         limit: int = 100,
         cursor: str | None = None,
         offset: int = 0,
+        where: ListFilter | None = None,
     ) -> Page[Task]:
         _check_limit(limit)
+        history.check_filter(where)
         after = lists.decode_cursor(lists.TASK_CURSOR, cursor) if cursor else None
         sql, params = lists.task_query(
-            self.dialect, pipeline_id, status, task_type, limit + 1, offset, after
+            self.dialect, pipeline_id, status, task_type, limit + 1, offset, after, where
         )
         rows = await self._read(lambda conn: list(conn.execute(sql, params)))
         return _page(rows, limit, lists.TASK_CURSOR, row_to_task)

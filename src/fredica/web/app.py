@@ -10,9 +10,9 @@ from fastapi import FastAPI
 
 from fredica.api import app as api_app
 from fredica.node.service import Node
-from fredica.web import events, files, recovery, routes
+from fredica.web import events, files, player, recovery, routes
 
-ROUTERS = (routes.router, events.router, recovery.router, files.router)
+ROUTERS = (routes.router, events.router, recovery.router, files.router, player.router)
 
 
 def create_app(node: Node, *, manage_lifecycle: bool = True) -> FastAPI:

@@ -78,6 +78,7 @@ def slim_pipeline(pipeline: models.Pipeline) -> dict[str, Any]:
     data = pipeline.to_json()
     # params carry every ref -> id of the DAG; the detail page reads the full pipeline instead.
     data.pop("params", None)
+    data["title"] = pipeline.title  # what people recognise it by (notifications, lists)
     return data
 
 

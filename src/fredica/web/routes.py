@@ -25,6 +25,7 @@ from fredica.web.panel import cluster_panel
 STATIC_DIR = Path(__file__).parent / "static"
 INDEX_HTML = STATIC_DIR / "index.html"
 PAGES: tuple[str, ...] = ("/", "/processing", "/tools", "/pipelines/{pipeline_id}")
+PAGES += ("/history",)
 PAGES += ("/settings", "/charts", "/materials")  # settings, charts, the material list
 
 router = APIRouter(tags=["web"])

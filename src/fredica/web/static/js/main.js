@@ -6,6 +6,8 @@ import { checkRecovery } from "./dialogs.js";
 import { renderProcessing } from "./processing.js";
 import { renderPipeline } from "./pipeline.js";
 import { renderTools } from "./tools.js";
+import { renderHistory } from "./history.js";
+import "./notifications.js";
 import { renderSettings } from "./settings.js";
 import { renderCharts } from "./charts.js";
 import { renderMaterials } from "./materials.js";
@@ -16,6 +18,7 @@ const ROUTES = [
   [/^\/(processing)?\/?$/, "processing", () => renderProcessing],
   [/^\/tools\/?$/, "tools", () => renderTools],
   [/^\/pipelines\/([^/]+)\/?$/, "processing", () => renderPipeline],
+  [/^\/history\/?$/, "history", () => renderHistory],
   [/^\/settings\/?$/, "settings", () => renderSettings],
   [/^\/charts\/?$/, "charts", () => renderCharts],
   [/^\/materials\/?$/, "materials", () => renderMaterials],

@@ -30,6 +30,8 @@ import {
 } from "./dom.js";
 import { actionButtons, progressBar, updateActions, updateProgress } from "./tasks.js";
 import { findResults, renderResults } from "./results.js";
+import { playerKey } from "./player.js";
+import { emotionKey } from "./emotions.js";
 import { logPanel } from "./tasklog.js";
 import {
   clustered,
@@ -211,6 +213,8 @@ export function renderPipeline(app, pipelineId) {
     const { transcript, analysis, vision } = findResults(tasks);
     const key = [transcript, analysis, ...vision].map((task) => task && `${task.id}:${task.change_seq}`);
     key.push(state.nodeId); // which files are here is known once the node said who it is
+    key.push(playerKey(tasks)); // a dubbed video or a translation completing later
+    key.push(emotionKey(tasks));
     if (key.join() === view.resultsKey) return;
     view.resultsKey = key.join();
     const name = sourceLabel(view.pipeline?.params?.source) || shortId(pipelineId);

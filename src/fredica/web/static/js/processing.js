@@ -58,9 +58,9 @@ const FILTER_STATUSES = { all: null, running: ["running", "stale"], failed: ["fa
 const RANK = { running: 0, stale: 0, claimed: 1, pending: 2, reclaimed: 2 };
 
 /** Name every cell after its column: narrow screens show rows as cards with these labels. */
-function labelCells(tr, columns) {
+export function labelCells(tr, columns, prefix = "col.") {
   [...tr.children].forEach((td, i) => {
-    td.dataset.label = t(`col.${columns[i]}`);
+    td.dataset.label = t(`${prefix}${columns[i]}`);
   });
   return tr;
 }

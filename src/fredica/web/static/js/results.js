@@ -8,6 +8,8 @@ import { t } from "./i18n.js";
 import { clear, formatBytes, h, put, toast } from "./dom.js";
 import { filesElsewhere, remoteFilesNote } from "./owners.js";
 import { findVisionResults, visionSections } from "./vision_results.js";
+import { playerBlock } from "./player.js";
+import { tagEmotions } from "./emotions.js";
 
 const TRANSCRIPT_TYPES = ["MERGE_TRANSCRIPTION", "TRANSCRIBE", "TRANSCRIBE_CHUNK"];
 const HIDDEN_FILE = /\.meta\.json$/; // bookkeeping next to each output, not an output itself
@@ -91,7 +93,14 @@ async function outputFiles(tasks) {
   return lists.flat().filter((file) => !HIDDEN_FILE.test(file.name));
 }
 
+// files named for what they hold rather than their format (AI_ANALYZE writes them)
+const NAMED_FILES = {
+  "summary.md": "results.file.summary",
+  "analysis.json": "results.file.analysis",
+};
+
 function fileLabel(name) {
+  if (NAMED_FILES[name]) return t(NAMED_FILES[name]);
   const ext = name.includes(".") ? name.split(".").pop().toUpperCase() : name;
   return t(`results.file.${ext.toLowerCase()}`, {}, ext);
 }
@@ -103,7 +112,7 @@ function transcriptSection(transcript) {
     list.append(
       h(
         "li",
-        { class: "segment" },
+        { class: "segment", dataset: { start: String(seg.start), end: String(seg.end) } },
         h("time", { class: "seg-time", title: `${clock(seg.start)}–${clock(seg.end)}` }, clock(seg.start)),
         h("span", { class: "seg-text" }, String(seg.text).trim()),
       ),
@@ -175,7 +184,8 @@ function analysisSection(analysis) {
  */
 export async function renderResults(box, title, tasks) {
   const { transcript, analysis, vision } = findResults(tasks);
-  if (!transcript && !analysis && !vision.length) {
+  const player = await playerBlock(tasks, { hasTranscript: Boolean(transcript) });
+  if (!transcript && !analysis && !player && !vision.length) {
     box.hidden = true;
     return false;
   }
@@ -187,7 +197,12 @@ export async function renderResults(box, title, tasks) {
   const downloads = h("div", { class: "downloads", id: "downloads" });
   for (const file of files) {
     downloads.append(
-      downloadButton(withToken(file.url), file.name.split("/").pop(), fileLabel(file.name), file.size),
+      downloadButton(
+        withToken(file.url),
+        file.name.split("/").pop(),
+        fileLabel(file.name.split("/").pop()),
+        file.size,
+      ),
     );
   }
   const elsewhere = new Map();
@@ -196,11 +211,17 @@ export async function renderResults(box, title, tasks) {
     if (node && !elsewhere.has(node)) elsewhere.set(node, task);
   }
   for (const task of elsewhere.values()) downloads.append(remoteFilesNote(task));
-  if (analysis) {
+  // Older analyses have no files on the node: their summary.md and analysis.json are made here.
+  if (analysis && !analysis.result.files) {
     downloads.append(
       blobDownload("summary.md", t("results.file.summary"), summaryMarkdown(title, analysis.result), "text/markdown"),
       blobDownload("analysis.json", t("results.file.analysis"), JSON.stringify(analysis.result, null, 2), "application/json"),
     );
+  }
+  const transcriptBlock = transcript ? transcriptSection(transcript) : null;
+  tagEmotions(transcriptBlock?.querySelector(".transcript"), tasks, transcript?.result.language);
+  if (player && transcriptBlock) {
+    player.bindTranscript(transcriptBlock.querySelector(".transcript"));
   }
   clear(box);
   box.hidden = false;
@@ -208,11 +229,12 @@ export async function renderResults(box, title, tasks) {
     box,
     h("div", { class: "card-head" }, h("h2", {}, t("results.title"))),
     h("div", { class: "downloads-wrap" }, h("h3", {}, t("results.downloads")), downloads),
+    player ? player.section : null,
     h(
       "div",
       { class: "results-grid" },
       analysis ? analysisSection(analysis) : null,
-      transcript ? transcriptSection(transcript) : null,
+      transcriptBlock,
       ...visionSections(vision),
     ),
   );
