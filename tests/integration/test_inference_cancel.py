@@ -43,21 +43,27 @@ async def _started(progress: list[float]) -> None:
         await asyncio.sleep(0.01)
 
 
-async def test_a_cancelled_job_ends_within_a_second_and_the_next_runs_in_the_same_worker(
-    pool: Any,
-) -> None:
-    warm = await pool.run("k", whoami, {}, TaskControl("t"))
+async def _cancel_inside_the_call(pool: Any, call_sec: float, **kw: Any) -> float:
+    """Start a job stuck in a `call_sec` call, cancel it once it runs; seconds until the
+    task ended (it must raise TaskCancelled)."""
     control, progress = TaskControl("t"), []
     job = asyncio.create_task(
-        pool.run("k", stuck_then_check, {"call_sec": 3.0}, control,
-                 on_progress=lambda pct, note: progress.append(pct))
+        pool.run("k", stuck_then_check, {"call_sec": call_sec}, control,
+                 on_progress=lambda pct, note: progress.append(pct), **kw)
     )  # fmt: skip
     await _started(progress)
     control.cancel("test cancel")
     cancelled_at = time.monotonic()
     with pytest.raises(errors.TaskCancelled):
         await job
-    took = time.monotonic() - cancelled_at
+    return time.monotonic() - cancelled_at
+
+
+async def test_a_cancelled_job_ends_within_a_second_and_the_next_runs_in_the_same_worker(
+    pool: Any,
+) -> None:
+    warm = await pool.run("k", whoami, {}, TaskControl("t"))
+    took = await _cancel_inside_the_call(pool, 3.0)
     assert took < inference_worker.CANCEL_GRACE_SEC + 0.5, took
     assert pool.workers[0].draining is not None  # the job did not stop by itself in time
     # the worker is still inside its 3 s call: the next job waits for it, not for a new one
@@ -71,15 +77,7 @@ async def test_a_worker_that_never_drains_is_killed_and_replaced(
 ) -> None:
     monkeypatch.setattr(inference_worker, "DRAIN_LIMIT_SEC", 1.5)
     first = await pool.run("k", whoami, {}, TaskControl("t"))
-    control, progress = TaskControl("t"), []
-    job = asyncio.create_task(
-        pool.run("k", stuck_then_check, {"call_sec": 60.0}, control,
-                 on_progress=lambda pct, note: progress.append(pct), warm=whoami)
-    )  # fmt: skip
-    await _started(progress)
-    control.cancel("test cancel")
-    with pytest.raises(errors.TaskCancelled):
-        await job
+    await _cancel_inside_the_call(pool, 60.0, warm=whoami)
     after = await asyncio.wait_for(pool.run("k", whoami, {}, TaskControl("t")), 30)
     assert after["pid"] != first["pid"] and pool.started == 2
     assert not _running(first["pid"])  # the stuck worker is gone
@@ -91,3 +89,17 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_drain_left_behind_by_an_ended_event_loop_does_not_block_the_next_one(pool: Any) -> None:
+    """The pool outlives event loops (the bench runs one node per loop): a worker whose drain
+    belonged to a loop that ended is stopped, and the next job gets a fresh worker."""
+
+    async def cancel_inside_the_call() -> int:
+        await _cancel_inside_the_call(pool, 60.0)
+        assert pool.workers[0].draining is not None
+        return int(pool.workers[0].pid)
+
+    stuck = asyncio.run(cancel_inside_the_call())
+    after = asyncio.run(asyncio.wait_for(pool.run("k", whoami, {}, TaskControl("t")), 30))
+    assert after["pid"] != stuck and not _running(stuck)

@@ -203,11 +203,18 @@ class InferencePool:
                 worker.busy = True
                 return worker
         for worker in self.workers:
-            if worker.key == key and worker.draining is not None:
-                # its model is loaded and it is about to be free: wait rather than load again
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(worker.draining)
-                return await self._acquire(key)  # it, or its warm replacement
+            drain = worker.draining
+            if worker.key != key or drain is None:
+                continue
+            if drain.done() or drain.get_loop() is not asyncio.get_running_loop():
+                # drained by an event loop that has ended (a bench or test run): nobody frees it
+                worker.draining = None
+                self._stop(worker, "its drain ended with its event loop", kill=True)
+                break
+            # its model is loaded and it is about to be free: wait rather than load again
+            with contextlib.suppress(Exception):
+                await asyncio.shield(drain)
+            return await self._acquire(key)  # it, or its warm replacement
         self.workers = [w for w in self.workers if w.alive]
         idle = sorted((w for w in self.workers if not w.busy), key=lambda w: w.last_used)
         while len(self.workers) >= self.max_workers and idle:
@@ -333,14 +340,20 @@ class InferencePool:
     async def _drain(self, worker: Worker) -> None:
         """A cancelled job's worker, after the task ended: free once the job stops, killed
         (and replaced, loading the model) if it is still busy after DRAIN_LIMIT_SEC."""
+        finished = False
         try:
-            if await self._finished(worker, DRAIN_LIMIT_SEC - CANCEL_GRACE_SEC):
-                return
-            self._kill_and_replace(worker)
+            finished = await self._finished(worker, DRAIN_LIMIT_SEC - CANCEL_GRACE_SEC)
+            if not finished:
+                self._kill_and_replace(worker)
         finally:
             worker.draining = None
-            worker.busy = False
-            worker.last_used = time.monotonic()
+            if finished:
+                worker.busy = False
+                worker.last_used = time.monotonic()
+            elif worker in self.workers:
+                # the drain itself was cancelled (its event loop ended): the worker may still
+                # be inside the call, so it must not look free
+                self._stop(worker, "its drain was cancelled", kill=True)
 
     def _kill_and_replace(self, worker: Worker) -> None:
         self._stop(worker, "cancelled job did not stop in time", kill=True)
