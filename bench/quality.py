@@ -26,7 +26,8 @@ from bench import talks
 from fredica.capabilities import packaged_models
 from fredica.domain.models import PipelineStatus
 from fredica.engine.worker import EngineSettings
-from fredica.node import Node, NodeSettings
+from fredica.node import compose
+from fredica.node.service import NodeSettings
 from fredica.pipelines.request import PipelineRequest
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -86,7 +87,7 @@ async def pipeline(
         idle_poll_interval=0.2, heartbeat_interval=1.0, stale_after=120, reclaim_after=240,
         progress_flush_interval=0.2, shutdown_grace=5,
     )  # fmt: skip
-    node = Node(NodeSettings(node_id="bench", data_dir=data, engine=engine))
+    node = compose.build_node(NodeSettings(node_id="bench", data_dir=data, engine=engine))
     await node.start()
     try:
         started = time.perf_counter()
@@ -96,13 +97,13 @@ async def pipeline(
         )  # fmt: skip
         created, _ = await node.create_pipeline(request)
         while True:
-            p = await node.db.call(node.store.get_pipeline, created.id)
+            p = await node.get_pipeline(created.id)
             if p.status.is_terminal:
                 break
             await asyncio.sleep(0.05)
         elapsed = time.perf_counter() - started
         assert p.status is PipelineStatus.COMPLETED, p.status
-        tasks = await node.db.call(node.store.list_tasks, created.id)
+        tasks = await node.list_tasks(created.id)
     finally:
         await node.stop(grace=2)
     merged = next(t for t in tasks if t.type == "MERGE_TRANSCRIPTION").result or {}

@@ -8,11 +8,12 @@ since each task holds one). Jobs are module-level functions `fn(reporter, spec)`
 
 Task signals stay real:
 - pause stops the worker's process group (SIGSTOP) at once; resume continues it (SIGCONT);
-- cancel asks the job to stop (it checks between segments and windows) and, if it has not
-  stopped within CANCEL_GRACE_SEC, kills the worker: the job dies, never the node. The next
-  job gets the same worker when the job stopped in time; otherwise a replacement, started at
-  once and already loading the model (a Whisper window is decoded in one native call that
-  cannot be interrupted, so a job deep in one may need the kill);
+- cancel asks the job to stop (it checks between segments and windows); the task ends within
+  CANCEL_GRACE_SEC either way, never the node. A Whisper window is decoded in one native call
+  that cannot be interrupted, so a job deep in one has not answered by then: its worker then
+  drains (finishes that call, sees the flag, discards the job) and stays; the next job for
+  the model waits for it rather than loading the model again elsewhere. Only a worker still
+  busy after DRAIN_LIMIT_SEC is killed, and a replacement starts at once, loading the model;
 - a worker that dies (crash, OOM killer) fails only its current job and is replaced on the
   next one; workers idle for longer than IDLE_EVICT_SEC exit (their memory goes back), and at
   most MAX_WORKERS stay resident (the least recently used idle one leaves first).
@@ -43,7 +44,8 @@ from fredica.executors.control import TaskControl
 logger = logging.getLogger(__name__)
 
 IDLE_EVICT_SEC = 300.0  # an idle worker exits after this long (its model leaves memory)
-CANCEL_GRACE_SEC = 1.0  # a cancelled job must stop within this, or its worker is killed
+CANCEL_GRACE_SEC = 1.0  # a cancelled task ends within this (its worker may still drain)
+DRAIN_LIMIT_SEC = 30.0  # a cancelled job's worker still busy after this is killed
 MAX_WORKERS = 4  # resident workers kept at most (busy ones are never evicted)
 POLL_SEC = 0.05
 _PR_SET_PDEATHSIG = 1
@@ -147,6 +149,7 @@ class Worker:
     resume: Any
     cancel: Any
     busy: bool = False
+    draining: asyncio.Task[None] | None = None  # a cancelled job still finishing its native call
     last_used: float = field(default_factory=time.monotonic)
     jobs: int = 0
     current: int = 0  # id of the job whose messages are awaited
@@ -185,19 +188,33 @@ class InferencePool:
         when this job's worker has to be killed."""
         await control.checkpoint()
         self.evict_idle()
-        worker = self._acquire(key)
+        worker = await self._acquire(key)
         worker.warm = (warm, spec) if warm is not None else None
         try:
             return await self._job(worker, fn, spec, control, on_progress)
         finally:
-            worker.busy = False
+            if worker.draining is None:
+                worker.busy = False
             worker.last_used = time.monotonic()
 
-    def _acquire(self, key: Hashable) -> Worker:
+    async def _acquire(self, key: Hashable) -> Worker:
         for worker in self.workers:
             if worker.key == key and not worker.busy and worker.alive:
                 worker.busy = True
                 return worker
+        for worker in self.workers:
+            drain = worker.draining
+            if worker.key != key or drain is None:
+                continue
+            if drain.done() or drain.get_loop() is not asyncio.get_running_loop():
+                # drained by an event loop that has ended (a bench or test run): nobody frees it
+                worker.draining = None
+                self._stop(worker, "its drain ended with its event loop", kill=True)
+                break
+            # its model is loaded and it is about to be free: wait rather than load again
+            with contextlib.suppress(Exception):
+                await asyncio.shield(drain)
+            return await self._acquire(key)  # it, or its warm replacement
         self.workers = [w for w in self.workers if w.alive]
         idle = sorted((w for w in self.workers if not w.busy), key=lambda w: w.last_used)
         while len(self.workers) >= self.max_workers and idle:
@@ -297,19 +314,48 @@ class InferencePool:
         raise errors.TransientError(f"inference worker exited with code {code} mid-job")
 
     async def _cancel(self, worker: Worker) -> None:
-        """Stop the current job: cooperatively within CANCEL_GRACE_SEC, else kill the worker."""
+        """Stop the current job: cooperatively within CANCEL_GRACE_SEC, else let the worker
+        drain in the background (the caller's task ends now)."""
         worker.cancel.set()
         worker.resume.set()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(worker.pid, signal.SIGCONT)
-        deadline = time.monotonic() + CANCEL_GRACE_SEC
+        if await self._finished(worker, CANCEL_GRACE_SEC):
+            return  # stopped in time: the worker stays for the next job
+        worker.draining = asyncio.create_task(self._drain(worker))
+
+    async def _finished(self, worker: Worker, within: float) -> bool:
+        """Whether the current job ended (result or error) within `within` seconds; a worker
+        that died meanwhile counts as finished (it is forgotten)."""
+        deadline = time.monotonic() + within
         while time.monotonic() < deadline and worker.alive:
             try:
                 msg = await self._next(worker)
             except errors.TaskError:
-                return
+                return True
             if msg is not None and msg.get("type") in ("result", "error"):
-                return  # stopped in time: the worker stays for the next job
+                return True
+        return not worker.alive
+
+    async def _drain(self, worker: Worker) -> None:
+        """A cancelled job's worker, after the task ended: free once the job stops, killed
+        (and replaced, loading the model) if it is still busy after DRAIN_LIMIT_SEC."""
+        finished = False
+        try:
+            finished = await self._finished(worker, DRAIN_LIMIT_SEC - CANCEL_GRACE_SEC)
+            if not finished:
+                self._kill_and_replace(worker)
+        finally:
+            worker.draining = None
+            if finished:
+                worker.busy = False
+                worker.last_used = time.monotonic()
+            elif worker in self.workers:
+                # the drain itself was cancelled (its event loop ended): the worker may still
+                # be inside the call, so it must not look free
+                self._stop(worker, "its drain was cancelled", kill=True)
+
+    def _kill_and_replace(self, worker: Worker) -> None:
         self._stop(worker, "cancelled job did not stop in time", kill=True)
         if worker.warm is not None:
             # a replacement starts loading the model now, so the next task does not wait
