@@ -43,6 +43,8 @@ class _Metrics:
 
 @router.get("/healthz")
 async def healthz(node: deps.NodeDep) -> JSONResponse:
+    """Liveness: 200 with `state: ok` while the node and its store are healthy, 503 with the
+    state (`disk_full`, `store_error`, ...) and a one-line reason otherwise. No token needed."""
     health = node.health()
     return JSONResponse(
         status_code=200 if health == "ok" else 503,
@@ -57,6 +59,8 @@ async def healthz(node: deps.NodeDep) -> JSONResponse:
 
 @router.get("/metrics")
 async def prometheus(node: deps.NodeDep) -> Response:
+    """The node's counters in the Prometheus text format: tasks by status, running and queued
+    work, completions by outcome, disk space."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_Metrics(await node.status()))
     return PlainTextResponse(generate_latest(registry).decode(), media_type=PROMETHEUS_TEXT)
@@ -64,6 +68,9 @@ async def prometheus(node: deps.NodeDep) -> Response:
 
 @router.get("/api/v1/status")
 async def status(node: deps.NodeDep) -> dict[str, Any]:
+    """This node at a glance: id and version, tasks by status, running work, the engine's
+    counters, capabilities and scores, disk, cloud limits, the cluster's outbox and the
+    data dir."""
     return await node.status()
 
 
@@ -83,7 +90,7 @@ async def drain(node: deps.NodeDep) -> dict[str, Any]:
 
 @router.post("/api/v1/node/undrain")
 async def undrain(node: deps.NodeDep) -> dict[str, Any]:
-    """Claim work again."""
+    """Stop draining: the node claims work again at once (undoes `POST /api/v1/node/drain`)."""
     return await node.undrain()
 
 
@@ -91,6 +98,8 @@ async def undrain(node: deps.NodeDep) -> dict[str, Any]:
 async def restart_log(
     node: deps.NodeDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> dict[str, Any]:
+    """What the recovery after each unclean stop did with every task it found (newest first):
+    what the web UI's recovery dialog shows."""
     return {"entries": [e.to_json() for e in await node.restart_log(limit)]}
 
 

@@ -25,6 +25,9 @@ router = APIRouter()
 async def create_pipeline(
     body: PipelineRequest, node: deps.NodeDep, publisher: deps.PublisherDep
 ) -> JSONResponse:
+    """Create a pipeline from a template (`custom`: the tasks listed in the body). 201 with the
+    new pipeline; 200 with `deduplicated: true` when an active identical one exists; 422 naming
+    what is wrong (an unknown type, a capability no node has, a bad parameter)."""
     pipeline, deduplicated = await node.create_pipeline(body, publisher)
     return JSONResponse(
         status_code=200 if deduplicated else 201,
@@ -60,6 +63,8 @@ async def list_pipelines(
 
 @router.get("/api/v1/pipelines/{pipeline_id}")
 async def get_pipeline(pipeline_id: str, node: deps.NodeDep) -> dict[str, Any]:
+    """One pipeline with all its tasks (this node's own, or its replica of another owner's,
+    marked with the replica's freshness)."""
     pipeline, tasks = await node.pipeline_with_tasks(pipeline_id)
     marks = await routes_tasks.marked(node, [pipeline, *tasks])
     return {**marks[0], "tasks": marks[1:]}
@@ -90,6 +95,7 @@ async def delete_pipeline(pipeline_id: str, node: deps.NodeDep) -> dict[str, Any
 
 @router.get("/api/v1/templates")
 async def templates(node: deps.NodeDep) -> dict[str, Any]:
+    """The pipeline templates this node can build, with their descriptions and parameters."""
     return {
         "templates": [
             {"name": name, "description": description}
@@ -103,6 +109,9 @@ async def templates(node: deps.NodeDep) -> dict[str, Any]:
 async def network_test_route(
     request: Request, node: deps.NodeDep, publisher: deps.PublisherDep
 ) -> dict[str, Any]:
+    """Start a network test: a `network_test` pipeline of one task that measures HTTP latency
+    from this node to each of `urls` (an empty body tests the defaults). Answers the pipeline
+    and task ids; the task's result holds the latencies."""
     body = _network_test_body(await request.body())
     pipeline_id, task_id = await node.network_test(body, publisher)
     return {"pipeline_id": pipeline_id, "task_id": task_id}

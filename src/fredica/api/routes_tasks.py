@@ -93,6 +93,8 @@ async def marked(node: Node, rows: Sequence[Task | Pipeline]) -> list[dict[str, 
 
 @router.get("/api/v1/tasks/{task_id}")
 async def get_task(task_id: str, node: deps.NodeDep) -> dict[str, Any]:
+    """One task with every column and its events (claims, backend, progress notes, failures,
+    retries) in time order."""
     task, events = await node.task_with_events(task_id)
     return {**task.to_json(), "events": [e.to_json() for e in events]}
 
@@ -131,6 +133,8 @@ async def task_log(
 
 @router.post("/api/v1/tasks/{task_id}/{action}")
 async def task_action(task_id: str, action: str, node: deps.NodeDep) -> dict[str, Any]:
+    """`cancel`, `pause`, `resume`, `retry` or `skip` one task (forwarded to the node that runs
+    it or owns it); an action its state does not allow is a 409 that changes nothing."""
     if action not in TASK_ACTIONS:
         raise errors.NotFound(f"unknown action {action!r}; use {', '.join(TASK_ACTIONS)}")
     return (await node.task_action(task_id, action)).to_json()
@@ -138,6 +142,8 @@ async def task_action(task_id: str, action: str, node: deps.NodeDep) -> dict[str
 
 @router.get("/api/v1/WorkerTaskListRoute")
 async def worker_task_list(node: deps.NodeDep, pipeline_id: str | None = None) -> dict[str, Any]:
+    """Every task of this node (or of one pipeline), without paging (kept for older clients;
+    `GET /api/v1/tasks` pages and filters)."""
     rows = await node.list_tasks(pipeline_id, None, None, 10_000)
     return {"tasks": [t.to_json() for t in rows]}
 
