@@ -16,23 +16,16 @@ the API requests the clients completed per second while the work ran.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import statistics
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from bench import noop_plugin
-from bench.util import log, rnd
-from fredica.cli.demo import free_port, wait_healthy
+from bench.util import log, rnd, served
 
-START_TIMEOUT = 60.0
 CONFIG = """\
 node:
   max_workers: {workers}
@@ -43,33 +36,6 @@ scheduling:
 plugins:
   - bench.noop_plugin
 """
-
-
-@contextlib.contextmanager
-def serve(data: Path, workers: int) -> Iterator[str]:
-    """A `fredica serve` on a fresh data dir; yields its base URL once it is healthy."""
-    data.mkdir(parents=True)
-    port = free_port()
-    config = data / "worker.yaml"
-    config.write_text(CONFIG.format(workers=workers))
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    argv = [sys.executable, "-m", "fredica", "serve", "--config", str(config)]
-    argv += ["--data-dir", str(data), "--port", str(port)]
-    with (data / "node.log").open("ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc, timeout=START_TIMEOUT)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 async def _client(
@@ -171,7 +137,7 @@ def run(
     for r in range(rounds):
         order = ("quiet", "loaded") if r % 2 == 0 else ("loaded", "quiet")
         for kind in order:
-            with serve(work / f"round{r}-{kind}", workers) as url:
+            with served(work / f"round{r}-{kind}", CONFIG.format(workers=workers)) as url:
                 n = clients if kind == "loaded" else 0
                 result = asyncio.run(_measure(url, tasks, seconds, n))
             log(

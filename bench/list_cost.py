@@ -18,13 +18,10 @@ PLAN` of the SQL the store runs for each list (captured from a store opened on t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import random
 import sqlite3
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,8 +30,7 @@ from typing import Any
 
 import httpx
 
-from bench.util import log, rnd
-from fredica.cli.demo import free_port, wait_healthy
+from bench.util import log, rnd, served
 from fredica.domain import states
 from fredica.domain.models import TaskStatus
 from fredica.node.service import DB_FILENAME
@@ -272,39 +268,6 @@ async def _plans(path: Path) -> dict[str, list[str]]:
 
 
 # --- the node and the requests ---------------------------------------------------------------
-@contextlib.contextmanager
-def serve(data_dir: Path, env: dict[str, str] | None = None) -> Iterator[str]:
-    """`fredica serve` on loopback over `data_dir`; yields its base URL, stops it with SIGTERM."""
-    config = data_dir / "worker.yaml"
-    config.write_text(CONFIG)
-    port = free_port()
-    log_path = data_dir / "node.log"
-    with log_path.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fredica", "serve", "--config", str(config),
-             "--data-dir", str(data_dir), "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        t0 = time.monotonic()
-        try:
-            wait_healthy(url, proc, timeout=START_TIMEOUT)
-        except RuntimeError as exc:
-            raise RuntimeError(f"{exc}: {log_path.read_text()[-2000:]}") from exc
-        log(f"  list: node answered after {time.monotonic() - t0:.1f} s")
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def timed_get(client: httpx.Client, path: str, params: dict[str, Any], samples: int) -> float:
     """Median milliseconds of `samples` requests (after one that warms the connection)."""
     times = []
@@ -353,7 +316,9 @@ def run(work_dir: Path, backlog: int = 1_000_000, samples: int = SAMPLES) -> dic
     plans = asyncio.run(_plans(data_dir / DB_FILENAME))
     # 10,000 deep; a small backlog (the smoke test) goes half-way into its pending tasks
     depth = min(DEEP, built["task_counts"].get("pending", 0) // 2 // PAGE * PAGE)
-    with serve(data_dir) as url:
+    t0 = time.monotonic()
+    with served(data_dir, CONFIG, start_timeout=START_TIMEOUT) as url:
+        log(f"  list: node answered after {time.monotonic() - t0:.1f} s")
         timings = measure(url, samples, depth)
     return {
         "backlog": backlog,

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import os
 import socket
+import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
 
 POLL_STEP = 0.01  # seconds between checks while waiting for a benchmark to finish
 
@@ -86,3 +90,38 @@ def throughput_result(
         "elapsed_s": rnd(elapsed),
         "tasks_per_s": rnd(completed / elapsed, 1) if elapsed else None,
     }
+
+
+@contextlib.contextmanager
+def served(data_dir: Path, config_text: str, start_timeout: float = 60.0) -> Iterator[str]:
+    """`fredica serve` on loopback over `data_dir` (created if missing) with `config_text` as its
+    worker.yaml and this checkout on PYTHONPATH (for the benchmark plugin); yields its base URL
+    once it is healthy (its log's tail in the error if it never is), stops it with SIGTERM."""
+    from fredica.cli.demo import wait_healthy
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    config = data_dir / "worker.yaml"
+    config.write_text(config_text)
+    port = free_port()
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    log_path = data_dir / "node.log"
+    argv = [sys.executable, "-m", "fredica", "serve", "--config", str(config)]
+    argv += ["--data-dir", str(data_dir), "--port", str(port)]
+    with log_path.open("ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        try:
+            wait_healthy(url, proc, timeout=start_timeout)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}: {log_path.read_text()[-2000:]}") from exc
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -160,7 +160,7 @@ def _slot_plan(
         try:
             hints = typing.get_type_hints(cls)
             special = tuple(n for n in names if _may_convert(hints.get(n)))
-        except Exception:  # unresolvable annotations: look at every slot
+        except (NameError, TypeError):  # unresolvable annotations: look at every slot
             special = names
         getter = operator.attrgetter(*names)
         read = getter if len(names) > 1 else (lambda o: (getter(o),))
