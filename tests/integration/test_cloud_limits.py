@@ -178,7 +178,7 @@ async def test_never_more_calls_in_flight_than_max_concurrent(
     async with _node(tmp_path, _config(server.url, 3)) as node:
         # When 8 cloud_only analyses are ready at once
         _, refs = await create(node, _analyze(8, "cloud_only"))
-        await wait_for(lambda: server.in_flight == 3)
+        await wait_for(lambda: server.in_flight == 3, timeout=45)
         # Then 3 calls are in flight, the node reports them, and the rest wait unclaimed
         assert node.peer_info()["active_api_calls"] == {"deepseek-api": 3}
         await _claim_attempts(node)  # many claim attempts while the provider is busy
