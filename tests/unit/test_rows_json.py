@@ -63,3 +63,36 @@ def test_a_task_as_json_has_every_slot_with_enums_and_affinity_converted() -> No
         "node_id": "x",
     }
     assert _task().to_json()["status"] == "running"
+
+
+def test_a_task_built_from_its_columns_has_each_column_in_its_own_field() -> None:
+    """`task_from_values` sets the slots in field order: a field out of place would put one
+    column's value under another column's name."""
+    from fredica.store.rows import TASK_FIELDS, task_from_values
+
+    converted = {
+        "status": "running",
+        "depends_on": '["p"]',
+        "payload": '{"k": 1}',
+        "result": None,
+        "excluded_nodes": '["n9"]',
+        "cache_policy": CachePolicy.PREFER_ORIGINAL.value,
+        "cloud_preference": CloudPreference.LOCAL_ONLY.value,
+        "affinity_kind": "HARD",
+        "affinity_node_id": "n7",
+        "is_paused": 1,
+        "is_pausable": 0,
+        "cancel_requested": 1,
+    }
+    values = [converted.get(c, f"<{c}>") for c in TASK_FIELDS]
+    task = task_from_values(values)
+    for column in TASK_FIELDS:
+        if column not in converted and column != "ord":
+            assert getattr(task, column) == f"<{column}>", column
+    assert task.status is TaskStatus.RUNNING
+    assert (task.depends_on, task.payload, task.excluded_nodes) == (["p"], {"k": 1}, ["n9"])
+    assert task.cache_policy is CachePolicy.PREFER_ORIGINAL
+    assert task.cloud_preference is CloudPreference.LOCAL_ONLY
+    assert task.affinity == Affinity.from_columns("HARD", "n7")
+    assert (task.is_paused, task.is_pausable, task.cancel_requested) == (True, False, True)
+    assert task == models.Task(*(getattr(task, name) for name in models.Task.__slots__))

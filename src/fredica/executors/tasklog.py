@@ -65,7 +65,7 @@ def attempt_log(data_dir: Path, task_id: str, attempt: int) -> TaskLog:
     """The log of one attempt; its path is worked out when something is first written (most
     attempts of quick tasks write nothing, and a path costs more than the task itself)."""
     log = TaskLog(None)
-    log._where = (data_dir, task_id, attempt) if names_a_directory(task_id) else None
+    log._where = (data_dir, task_id, attempt)  # an id that names no directory: no path
     return log
 
 

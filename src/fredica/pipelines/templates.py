@@ -105,18 +105,18 @@ class CustomTemplate(Template):
         tasks = tuple(
             NewTask(
                 id=ids[ref],
-                type=by_ref[ref].type,
-                payload=by_ref[ref].payload,
-                depends_on=tuple(ids[p] for p in by_ref[ref].depends_on),
-                priority=by_ref[ref].priority if request.priority is None else request.priority,
-                max_retries=by_ref[ref].max_retries,
-                cache_policy=by_ref[ref].cache_policy,
-                cloud_preference=by_ref[ref].cloud_preference or request.cloud_preference,
-                idempotency_key=by_ref[ref].idempotency_key,
+                type=spec.type,
+                payload=spec.payload,
+                depends_on=tuple(ids[p] for p in spec.depends_on),
+                priority=spec.priority if request.priority is None else request.priority,
+                max_retries=spec.max_retries,
+                cache_policy=spec.cache_policy,
+                cloud_preference=spec.cloud_preference or request.cloud_preference,
+                idempotency_key=spec.idempotency_key,
                 publisher_id=ctx.publisher_id,
-                affinity=_affinity(by_ref[ref]),
+                affinity=_affinity(spec),
             )
-            for ref in order
+            for ref, spec in ((r, by_ref[r]) for r in order)
         )
         params = dict(request.params)
         params["refs"] = ids
