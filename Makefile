@@ -45,6 +45,7 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	bash scripts/install-media-deps.sh  # espeak-ng speaks the media benchmark's input
 	bash bench/setup.sh
 	$(BIN)/python -m bench
 

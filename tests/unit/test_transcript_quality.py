@@ -166,16 +166,21 @@ def test_the_selector_records_the_model_the_task_names() -> None:
     selector = backends.BackendSelector(
         (
             catalog.Capability(F.TRANSCRIBE, "faster-whisper", cpu, ("tiny.en",), 10),
-            catalog.Capability(F.TRANSCRIBE, "faster-whisper", cpu, ("base",), 15),
+            catalog.Capability(
+                F.TRANSCRIBE, "faster-whisper", cpu, ("base",), 15,
+                metadata={"max_concurrent": "2"},
+            ),
         ),
         scoring.NodeProfile(cpu_score=50),
-    )
+    )  # fmt: skip
     for model, language in (("tiny.en", "en"), ("base", "de"), ("base", "auto")):
         task = _task("TRANSCRIBE_CHUNK", {"model_name": model, "language": language})
         choice = selector.choose(task, {}, pending=0)
         # the backend event names the model and device; the executor runs exactly those
         assert choice.model == model and f"model {model} on cpu" in choice.breakdown
         assert choice.config["accelerator"] == "cpu"
+        # the executor learns how many jobs of its backend may run at once (threads per job)
+        assert choice.config.get("max_concurrent") == (2 if model == "base" else None)
         ctx = type("Ctx", (), {"backend": choice.backend, "backend_config": {
             **choice.config, "model": choice.model}})()  # fmt: skip
         assert transcribe.run_choice(task, ctx) == ("faster-whisper", model, "cpu")  # type: ignore[arg-type]

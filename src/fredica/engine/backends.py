@@ -288,6 +288,10 @@ class BackendSelector:
         )
         config = dict(self.backend_configs.get(best.backend, {}))
         kind = best.capability.accelerator.kind.value if best.capability is not None else ""
+        limit = best.capability.metadata.get("max_concurrent") if best.capability else None
+        if limit:
+            # the executor sizes its share of the machine by it (CPU threads per job)
+            config["max_concurrent"] = int(limit)
         if kind:
             # the executor runs on the accelerator that was scored (GPU row -> CUDA)
             config["accelerator"] = kind

@@ -9,6 +9,7 @@ Pure: the probe report is the only view of the machine.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -550,14 +551,39 @@ TRANSCRIBE_RUNNABLE = ("faster-whisper", *cloud_asr.BACKENDS)
 _NO_EXECUTOR = "no executor for this backend in this version (it could be chosen but not run)"
 
 
+def cpu_whisper_workers() -> int:
+    """How many faster-whisper jobs a node runs at once on the CPU when worker.yaml does not
+    say (`capabilities.transcribe.max_concurrent`): one per core, up to 4, each with its
+    share of the cores. Whisper's decoder gains next to nothing from a second thread (tiny.en,
+    beam 5, 2 cores: 7 chunks in 13.2 s with 1 thread, 13.1 s with 2), while two one-thread
+    jobs side by side take 7.1 s. The seed's 1 is for a GPU, which runs one inference at a
+    time."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def _cpu_whisper_max(explicit: bool, kind: K) -> int | None:
+    """The automatic max_concurrent of a local faster-whisper on the CPU (None: not one)."""
+    if explicit or kind is not K.CPU:
+        return None
+    return cpu_whisper_workers()
+
+
 def _transcribe_configured(
     b: _Builder, providers: Sequence[sections.ProviderConfig], section_max: int
 ) -> None:
+    explicit = "max_concurrent" in b.cfg.capabilities.transcribe.model_fields_set
     for p in providers:
         wire = cloud_asr.WIRES.get(p.backend)
         if wire is not None and not (p.model or p.models):
             # the model that will run is recorded with the choice, so it is declared
             p = p.model_copy(update={"model": wire.model})
+        if p.backend == "faster-whisper" and p.max_concurrent is None:
+            on_gpu = (
+                p.accelerator is not None and sections.ACCELERATOR_KINDS[p.accelerator] is K.GPU
+            ) or (p.accelerator is None and b.report.has_gpu("any"))
+            auto = _cpu_whisper_max(explicit, K.GPU if on_gpu else K.CPU)
+            if auto is not None:
+                p = p.model_copy(update={"max_concurrent": auto})
         if p.backend in TRANSCRIBE_RUNNABLE:
             b.configured("transcribe", F.TRANSCRIBE, p, section_max)
         else:
@@ -594,8 +620,11 @@ def _transcribe(b: _Builder) -> None:
             )
             continue  # fmt: skip
         why += f"; models: {', '.join(m for m, _ in models)}"
+        explicit = "max_concurrent" in sec.model_fields_set
+        auto = _cpu_whisper_max(explicit, rule.accelerator)
+        rule_meta = meta if auto is None else {**meta, "max_concurrent": str(auto)}
         b.add(F.TRANSCRIBE, rule.backend, rule.accelerator, "detected", f"detected: {why}",
-              models=models, metadata=meta)  # fmt: skip
+              models=models, metadata=rule_meta)  # fmt: skip
     for rule in RULES:
         if rule.function is F.TRANSCRIBE and rule.backend not in TRANSCRIBE_RUNNABLE:
             met, why = b.rule_check(rule, "")

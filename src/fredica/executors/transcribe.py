@@ -23,7 +23,7 @@ import importlib.util
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -295,10 +295,19 @@ def run_choice(task: models.Task, ctx: TaskContext) -> tuple[str, str, str]:
     return backend, model, device
 
 
+def cpu_threads(cfg: Mapping[str, Any]) -> int:
+    """Threads per Whisper job: worker.yaml's `cpu_threads`, else the cores shared among the
+    backend's jobs at once (its `max_concurrent`), at most 4."""
+    if cfg.get("cpu_threads"):
+        return int(cfg["cpu_threads"])
+    jobs = max(1, int(cfg.get("max_concurrent") or 1))
+    return max(1, min(4, (os.cpu_count() or 1) // jobs))
+
+
 def _spec(task: models.Task, ctx: TaskContext, audio: Path) -> dict[str, Any]:
     cfg = ctx.backend_config
     backend, name, device = run_choice(task, ctx)
-    threads = cfg.get("cpu_threads") or min(4, os.cpu_count() or 1)
+    threads = cpu_threads(cfg)
     default_compute = "int8" if device == "cpu" else "float16"
     return {
         "audio_path": str(audio),
