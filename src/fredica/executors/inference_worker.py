@@ -185,7 +185,9 @@ class InferencePool:
     ) -> Any:
         """Run `fn(reporter, spec)` in a worker for `key`; TaskErrors come back as raised.
         `warm(reporter, spec)` (e.g. load the model) is what a replacement worker runs first
-        when this job's worker has to be killed."""
+        when this job's worker has to be killed. Key None is a job that needs no model (voice
+        activity detection): it runs in a worker without one, which the next job for a model
+        then takes over, so the imports are paid once."""
         await control.checkpoint()
         self.evict_idle()
         worker = await self._acquire(key)
@@ -216,6 +218,13 @@ class InferencePool:
                 await asyncio.shield(drain)
             return await self._acquire(key)  # it, or its warm replacement
         self.workers = [w for w in self.workers if w.alive]
+        if key is not None:
+            for worker in self.workers:
+                if worker.key is None and not worker.busy and worker.draining is None:
+                    # a worker that ran only model-free jobs (VAD) has its imports done and no
+                    # model loaded yet: it becomes this key's worker instead of a new process
+                    worker.key, worker.busy = key, True
+                    return worker
         idle = sorted((w for w in self.workers if not w.busy), key=lambda w: w.last_used)
         while len(self.workers) >= self.max_workers and idle:
             self._stop(idle.pop(0), "making room for another model")

@@ -2,8 +2,9 @@
 each with enough audio around it for Whisper to hear it as well as in the whole file.
 
 Cut points are chosen from where people actually pause, found by voice activity detection: the
-Silero VAD model bundled with faster-whisper (run in a child process, in windows, so pause and
-cancel stay real), or, on a node without faster-whisper, ffmpeg `silencedetect`. Each cut goes
+Silero VAD model bundled with faster-whisper (run in the node's resident inference worker, in
+windows, so pause and cancel stay real), or, on a node without faster-whisper, ffmpeg
+`silencedetect`. Each cut goes
 into the latest pause of at least MIN_PAUSE_SEC before the nominal boundary (looking back at
 most SEARCH_SHARE of a chunk); where nobody pauses there, the cut stays at the boundary
 (method "overlap"). Every cut is reported with the method that chose it ("vad pause",
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from fredica.domain import errors, models
-from fredica.executors import audio, ffmpeg, outputs
+from fredica.executors import audio, ffmpeg, inference_worker, outputs
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
 from fredica.executors.process import SubprocessReporter
@@ -185,7 +186,7 @@ def read_pcm(path: str) -> Any:
 
 
 def speech_in_child(reporter: SubprocessReporter, spec: dict[str, Any]) -> list[list[float]]:
-    """Child process: speech regions (seconds) found by faster-whisper's Silero VAD."""
+    """Inference worker: speech regions (seconds) found by faster-whisper's Silero VAD."""
     try:
         vad = importlib.import_module("faster_whisper.vad")
     except ImportError as exc:
@@ -370,7 +371,11 @@ class SplitAudioExecutor(TaskExecutor):
         if not at_pauses:
             return [], "overlap"
         if _has_vad():
-            speech = await ctx.run_in_subprocess(speech_in_child, {"audio_path": str(pcm)})
+            # in the node's resident inference workers: the chunks' Whisper jobs then take over
+            # this worker, its imports done (key None: the VAD needs no model)
+            speech = await inference_worker.pool().run(
+                None, speech_in_child, {"audio_path": str(pcm)}, ctx.control, ctx.progress
+            )
             return pauses_between([(s, e) for s, e in speech], duration), "vad pause"
         lines: list[str] = []
         detect = f"silencedetect=noise={SILENCE_DB}dB:d={MIN_PAUSE_SEC}"
