@@ -389,6 +389,16 @@ class _Builder:
         return self.add(function, p.backend, K.CLOUD, "configured", f"configured: {why}",
                         models=models, score=p.score, metadata=meta)  # fmt: skip
 
+    def local_kind(self, function: F, p: sections.ProviderConfig) -> K:
+        """Where a configured local backend runs: its `accelerator`, else the GPU when it can
+        use one and this machine has one (or it runs nowhere else), else the CPU."""
+        if p.accelerator is not None:
+            return sections.ACCELERATOR_KINDS[p.accelerator]
+        kinds = catalog.accelerator_kinds(function, p.backend)
+        if K.GPU in kinds and (K.CPU not in kinds or self.report.has_gpu("any")):
+            return K.GPU
+        return K.CPU
+
     def _configured(
         self, key: str, function: F, p: sections.ProviderConfig, section_max: int, hf: str = ""
     ) -> None:
@@ -398,12 +408,7 @@ class _Builder:
         models = [(m.name, m.score) for m in p.models] or ([(p.model, None)] if p.model else [])
         if K.CLOUD in kinds:
             return self._configured_cloud(key, function, p, models, meta)
-        if p.accelerator is not None:
-            kind = sections.ACCELERATOR_KINDS[p.accelerator]
-        elif K.GPU in kinds and (K.CPU not in kinds or self.report.has_gpu("any")):
-            kind = K.GPU
-        else:
-            kind = K.CPU
+        kind = self.local_kind(function, p)
         if kind is K.GPU and not self.report.has_gpu("any"):
             return self.skip(function, p.backend, "configured",
                              "configured for a GPU but no GPU was detected")  # fmt: skip
@@ -578,10 +583,7 @@ def _transcribe_configured(
             # the model that will run is recorded with the choice, so it is declared
             p = p.model_copy(update={"model": wire.model})
         if p.backend == "faster-whisper" and p.max_concurrent is None:
-            on_gpu = (
-                p.accelerator is not None and sections.ACCELERATOR_KINDS[p.accelerator] is K.GPU
-            ) or (p.accelerator is None and b.report.has_gpu("any"))
-            auto = _cpu_whisper_max(explicit, K.GPU if on_gpu else K.CPU)
+            auto = _cpu_whisper_max(explicit, b.local_kind(F.TRANSCRIBE, p))
             if auto is not None:
                 p = p.model_copy(update={"max_concurrent": auto})
         if p.backend in TRANSCRIBE_RUNNABLE:
