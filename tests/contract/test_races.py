@@ -114,7 +114,9 @@ async def test_processes_never_double_claim(store, kind, target, tmp_path) -> No
 
 
 async def test_threads_never_double_claim(store, kind, target, tmp_path) -> None:
-    ids = await seed(store, 300)
+    # enough work that a claimer waiting in SQLite's busy handler (sleeps up to 100 ms) gets in
+    # before another has done it all: the race has to happen for the test to mean anything
+    ids = await seed(store, 900)
     outs = [tmp_path / f"claims-{i}.json" for i in range(4)]
     start = threading.Barrier(len(outs))
     threads = [
