@@ -46,8 +46,8 @@ SAMPLES = {
     for s in (
         Sample("en-pauses", "en", True),
         Sample("en-runon", "en", False),
-        Sample("de", "de", True, 2),
-        Sample("es", "es", True, 2),
+        Sample("de", "de", True),
+        Sample("es", "es", True),
     )
 }
 

@@ -129,10 +129,16 @@ def test_quality_mode_chains_chunks_and_passes_the_tail_as_prompt(
         detect_id = of_type(data, "DETECT_LANGUAGE")[0]["id"]
         assert cur["depends_on"] == [split_id, detect_id, prev["id"]]
         assert cur["started_at"] >= prev["completed_at"]
-        # the text of the previous chunk before this chunk's audio begins (its context)
+        # the text of the previous chunk before this chunk's audio begins (its context); a
+        # previous chunk without such text leaves an earlier chunk's text in place
         tail = media_pipelines.prompt_tail(prev["result"], cur["payload"]["chunk_start_sec"])
-        assert cur["payload"]["initial_prompt"] == (tail or None)
-        assert cur["result"]["initial_prompt_used"] == bool(tail)
+        index = prev["payload"]["chunk_index"]
+        if tail:
+            assert cur["payload"]["initial_prompt"] == tail
+            assert cur["result"]["prompt_from_chunk"] == index
+        else:
+            assert cur["payload"].get("prompt_from_chunk", -1) < index
+        assert cur["result"]["initial_prompt_used"] == bool(cur["payload"]["initial_prompt"])
     merged = of_type(data, "MERGE_TRANSCRIPTION")[0]["result"]["text"]
     assert word_error_rate(REFERENCE, merged) < 0.25
 

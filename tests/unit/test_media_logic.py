@@ -148,7 +148,9 @@ def test_long_template_routes_detected_language_into_spawned_chunks(tmp_path: Pa
     late = template.on_task_completed(SpawnInput(detect, pipeline, (detect, *waiting)))
     assert late is not None and late.pipeline_updates == {"detected_language": "de"}
     assert set(late.patch_payloads) == {c.id for c in chunks}
-    # a finished chunk feeds MERGE and hands its tail to the next chunk as initial_prompt
+    # a finished chunk feeds MERGE and hands its tail to the chunks after it that have not
+    # started as initial_prompt (the next one, and the one after it, which may start before
+    # the next one finishes)
     done = _task(
         chunks[0],
         S.COMPLETED,
@@ -163,5 +165,25 @@ def test_long_template_routes_detected_language_into_spawned_chunks(tmp_path: Pa
         SpawnInput(done, pipeline, (done, waiting[1], waiting[2], merge_task))
     )
     assert plan is not None
-    assert plan.patch_payloads[waiting[1].id] == {"initial_prompt": "Hallo Welt."}
+    hallo = {"initial_prompt": "Hallo Welt.", "prompt_from_chunk": 0}
+    assert plan.patch_payloads[waiting[1].id] == plan.patch_payloads[waiting[2].id] == hallo
     assert plan.patch_payloads[merge_task.id]["chunks"][0]["segments"][0]["text"] == "Hallo Welt."
+    # the nearer text wins: chunk 1's tail replaces chunk 0's in chunk 2, never the other way
+    prompted = dataclasses.replace(waiting[2], payload={**waiting[2].payload, **hallo})
+    second = _task(
+        chunks[1],
+        S.COMPLETED,
+        {"chunk_index": 1, "start_sec": 60.0, "text": "Guten Tag.",
+         "segments": [{"start": 60, "end": 61, "text": "Guten Tag."}]},
+    )  # fmt: skip
+    plan = template.on_task_completed(
+        SpawnInput(second, pipeline, (done, second, prompted, merge_task))
+    )
+    assert plan is not None and plan.patch_payloads[prompted.id] == {
+        "initial_prompt": "Guten Tag.", "prompt_from_chunk": 1
+    }  # fmt: skip
+    nearer = dataclasses.replace(
+        prompted, payload={**prompted.payload, "initial_prompt": "x", "prompt_from_chunk": 1}
+    )
+    plan = template.on_task_completed(SpawnInput(done, pipeline, (done, nearer, merge_task)))
+    assert plan is not None and nearer.id not in plan.patch_payloads

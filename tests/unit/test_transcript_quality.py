@@ -221,6 +221,100 @@ def test_speech_the_model_skipped_is_found_and_words_in_silence_are_dropped() ->
     assert kept[1]["end"] == 37.0 and dropped == ["Thank", "you.", "Bye."]
 
 
+def _row(start: float, text: str, step: float = 0.5) -> dict[str, Any]:
+    words = [
+        {"start": start + i * step, "end": start + (i + 1) * step, "word": f" {w}"}
+        for i, w in enumerate(text.split())
+    ]
+    return {"start": start, "end": words[-1]["end"], "text": text, "words": words}
+
+
+def test_a_sentence_written_twice_in_a_chunk_is_flagged_once_and_only_the_later_copy() -> None:
+    from fredica.executors import whisper_pass
+
+    rows = [
+        _row(0.0, "Many rivers were so dirty that nothing could live."),
+        _row(6.0, "Otters have returned."),
+        _row(9.0, "Many rivers were so dirty, that nothing could live!"),  # case, punctuation
+        _row(15.0, "In them for several decades."),
+        _row(20.0, "A heron stands still."),
+    ]
+    assert whisper_pass.repeated_runs(rows) == [(2, 2)]
+    # four words in common are not a repeat; the prompt counts as written before
+    same = [_row(0, "at the same time"), _row(3, "at the same time")]
+    assert whisper_pass.repeated_runs(same) == []
+    prompt = "nothing could live in them for several decades."
+    assert whisper_pass.repeated_runs(rows, prompt) == [(2, 3)]
+
+
+class _Heard:
+    """What faster-whisper's segment and word objects carry."""
+
+    def __init__(self, start: float, end: float, word: str = "", text: str = "") -> None:
+        self.start, self.end, self.word, self.text = start, end, word, text
+        self.avg_logprob, self.no_speech_prob, self.probability = -0.2, 0.01, 0.9
+        self.words: list[_Heard] = []
+
+
+class _Model:
+    """Transcribes a clip as the words of `script` that fall in it. The test's audio holds
+    each sample's own time, so a clip tells where it began. Records how it was asked."""
+
+    def __init__(self, script: list[tuple[float, str]]) -> None:
+        self.script, self.calls = script, []  # type: list[dict[str, Any]]
+
+    def transcribe(self, audio: Any, **options: Any) -> tuple[list[_Heard], None]:
+        self.calls.append(options)
+        lo, length = float(audio[0]), len(audio) / 16_000
+        words = [_Heard(t - lo, t - lo + 0.4, f" {w}") for t, w in self.script]
+        words = [w for w in words if w.start >= 0 and w.end <= length]
+        if not words:
+            return [], None
+        seg = _Heard(words[0].start, words[-1].end, text="".join(w.word for w in words))
+        seg.words = words
+        return [seg], None
+
+
+def test_a_repeat_is_transcribed_again_without_context_and_replaced() -> None:
+    import numpy as np
+
+    from fredica.executors import whisper_pass
+
+    truth = ["on", "its", "bed", "a", "clean", "stream", "is", "full", "of", "small", "larvae"]
+    model = _Model([(9.0 + 0.5 * i, w) for i, w in enumerate(truth)])
+    audio = (np.arange(30 * 16_000) / 16_000).astype(np.float64)
+    rows = [
+        _row(0.0, "Many rivers were so dirty that nothing could live."),
+        _row(9.5, "Many rivers were so dirty that nothing could live."),
+        _row(20.0, "A heron stands still."),
+    ]
+    rows[0]["end"] = 8.5  # the clip handed to the second pass is 8.0 .. 20.5
+    spec = {"language": "en", "beam_size": 5, "initial_prompt": "Rivers."}
+    out, report = whisper_pass.redecode_repeats(model, audio, rows, spec, _Quiet())
+    assert [r["text"] for r in out] == [rows[0]["text"], " ".join(truth), rows[2]["text"]]
+    assert out[1]["start"] == pytest.approx(9.0) and out[1]["words"][-1]["word"] == " larvae"
+    assert model.calls == [{"language": "en", "beam_size": 5, "word_timestamps": True,
+                            "condition_on_previous_text": False}]  # fmt: skip
+    assert report == [{"start": 8.5, "end": 20.0, "was": rows[1]["text"], "now": " ".join(truth)}]
+    # a repeat in the context that the merge leaves to the next chunk is left alone
+    calls = len(model.calls)
+    kept, report = whisper_pass.redecode_repeats(
+        model, audio, rows, {**spec, "own_sec": [0.0, 8.0]}, _Quiet()
+    )
+    assert (kept, report, len(model.calls)) == (rows, [], calls)
+    # a second pass that hears nothing leaves the text as it was
+    kept, report = whisper_pass.redecode_repeats(_Model([]), audio, rows, spec, _Quiet())
+    assert kept == rows and report[0]["now"] == ""
+
+
+class _Quiet:
+    def progress(self, pct: float, note: str | None = None) -> None:
+        return None
+
+    def wait_if_paused(self, timeout: float | None = None) -> bool:
+        return True
+
+
 def test_offline_analysis_works_in_any_language() -> None:
     from fredica.executors import extractive
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from fredica.capabilities import packaged_models
 from fredica.domain import errors, models
-from fredica.executors import cloud_asr, inference_worker, outputs, whisper_pass
+from fredica.executors import cloud_asr, inference_worker, merge, outputs, whisper_pass
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
 from fredica.executors.process import SubprocessReporter
@@ -320,6 +320,16 @@ def _spec(task: models.Task, ctx: TaskContext, audio: Path) -> dict[str, Any]:
     }
 
 
+def _own(payload: Mapping[str, Any], offset: float) -> list[float] | None:
+    """The part of the chunk's file that the merge takes from it (seconds into the file,
+    widened by the merge's freedom to move a join), or None: all of it."""
+    lo, hi = payload.get("own_start_sec"), payload.get("own_end_sec")
+    if not (isinstance(lo, int | float) and isinstance(hi, int | float)) or hi <= lo:
+        return None
+    slack = merge.CUT_SEARCH_SEC + merge.EDGE_MARGIN_SEC
+    return [float(lo) - offset - slack, float(hi) - offset + slack]
+
+
 def _ran(spec: dict[str, Any]) -> dict[str, Any]:
     """What ran, as the result reports it (compared with the recorded choice by tests)."""
     return {
@@ -450,6 +460,7 @@ class TranscribeChunkExecutor(TaskExecutor):
                 "start_sec": offset,
                 "end_sec": round(offset + float(result["duration_sec"]), 3),
                 "initial_prompt_used": bool(prompt),
+                "prompt_from_chunk": payload.get("prompt_from_chunk") if prompt else None,
             }
         )
         ctx.progress(100, f"{len(result['segments'])} segment(s)")
@@ -474,6 +485,7 @@ class TranscribeChunkExecutor(TaskExecutor):
                 "beam_size": int(outputs.payload_number(payload, "beam_size", 5, low=1, high=20)),
                 "vad_filter": bool(payload.get("vad_filter", False)),
                 "word_timestamps": bool(payload.get("word_timestamps", True)),
+                "own_sec": _own(payload, job.offset),
             }
         )
         _tool_event(ctx, spec)

@@ -11,12 +11,21 @@ from one chunk while the whole-file run had it). After the first pass, the chunk
 regions (Silero VAD, bundled with faster-whisper) are compared with the words' timestamps;
 every stretch of speech of at least MIN_GAP_SEC without a word is transcribed again on its own
 (with the text before it as prompt) and its words are inserted. What was repaired is reported.
+Whisper also repeats itself: conditioned on what it already wrote (the previous window's text,
+or the prompt), it may write an earlier sentence again over new speech, and the real words there
+are lost (seen here: "many rivers were so dirty ... in them for several decades" written a second
+time 15 s later over "a clean stream is full of small larvae hiding under the stones"). A segment
+that contains a run of REPEAT_WORDS words already written earlier in the chunk (or in its prompt)
+is transcribed again on its own, without any text to condition on, and what that pass hears in
+its time replaces it (only in the part of the file the merge takes from this chunk: `own_sec`).
+Speech that really repeats itself comes out the same the second time.
 Runs in the inference worker (child process); times here are relative to the chunk.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from typing import Any
 
 SAMPLE_RATE = 16_000
@@ -25,6 +34,8 @@ REPAIR_PAD_SEC = 0.5  # audio on each side of a gap given to the repair pass for
 PROMPT_CHARS = 800  # the repair pass hears what came before, as Whisper would
 SPEECH_PAD_SEC = 0.3  # word timings from cross-attention may stray this far out of speech
 MIN_SPEECH_SHARE = 0.25  # a segment less than this much inside speech was heard in silence
+REPEAT_WORDS = 5  # a run of this many words written twice in one chunk is checked again
+_TOKEN = re.compile(r"\w+(?:'\w+)?", re.UNICODE)
 
 
 def uncovered(
@@ -151,11 +162,101 @@ def drop_silent_words(
 def check_against_speech(
     model: Any, audio: Any, rows: list[dict[str, Any]], spec: dict[str, Any], reporter: Any
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(rows checked against VAD, report): words in silence dropped, skipped speech repaired."""
+    """(rows checked against VAD, report): words in silence dropped, skipped speech repaired,
+    repeated text heard again without context."""
     speech = speech_regions(audio)
     rows, silent = drop_silent_words(rows, speech)
     rows, repaired = repair(model, audio, rows, speech, spec, reporter)
-    return rows, {"dropped_in_silence": silent, "repaired_gaps": repaired}
+    rows, repeats = redecode_repeats(model, audio, rows, spec, reporter)
+    return rows, {
+        "dropped_in_silence": silent,
+        "redecoded_repeats": repeats,
+        "repaired_gaps": repaired,
+    }
+
+
+def _grams(text: str, n: int) -> set[tuple[str, ...]]:
+    tokens = [t.lower() for t in _TOKEN.findall(text)]
+    return {tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
+
+
+def repeated_runs(
+    rows: list[dict[str, Any]], prompt: str = "", n: int = REPEAT_WORDS
+) -> list[tuple[int, int]]:
+    """Runs (first, last row index) of consecutive rows each containing `n` words in a row that
+    were already written in an earlier row or in the prompt (case and punctuation ignored).
+    Pure."""
+    seen = _grams(prompt, n)
+    flagged: list[int] = []
+    for i, row in enumerate(rows):
+        grams = _grams(str(row.get("text") or ""), n)
+        if grams & seen:
+            flagged.append(i)
+        seen |= grams
+    runs: list[tuple[int, int]] = []
+    for i in flagged:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
+
+
+def redecode_repeats(
+    model: Any, audio: Any, rows: list[dict[str, Any]], spec: dict[str, Any], reporter: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rows with every repeated run transcribed again without context, what was redone). The
+    new pass covers the time from the end of the row before the run to the start of the row
+    after it (the repeat may have stood in for more speech than its own timestamps show); its
+    words in that time replace the run. A pass that hears nothing leaves the run as it was."""
+    runs = repeated_runs(rows, str(spec.get("initial_prompt") or ""))
+    own = spec.get("own_sec")
+    if own:  # a run in the context the merge leaves to a neighbour needs no second pass
+        lo_own, hi_own = float(own[0]), float(own[1])
+        runs = [(a, b) for a, b in runs if rows[a]["start"] < hi_own and rows[b]["end"] > lo_own]
+    if not runs:
+        return rows, []
+    duration = len(audio) / SAMPLE_RATE
+    replaced: dict[int, list[dict[str, Any]]] = {}
+    report: list[dict[str, Any]] = []
+    for first, last in runs:
+        reporter.wait_if_paused()
+        start = float(rows[first - 1]["end"]) if first > 0 else 0.0
+        end = float(rows[last + 1]["start"]) if last + 1 < len(rows) else duration
+        start = min(start, float(rows[first]["start"]))
+        end = max(end, float(rows[last]["end"]))
+        lo, hi = max(0.0, start - REPAIR_PAD_SEC), min(duration, end + REPAIR_PAD_SEC)
+        segments, _ = model.transcribe(
+            audio[int(lo * SAMPLE_RATE) : int(hi * SAMPLE_RATE)],
+            language=spec.get("language") or None,
+            beam_size=int(spec["beam_size"]),
+            word_timestamps=True,
+            condition_on_previous_text=False,
+        )
+        found = _words_within(_rows(segments, lo, duration, reporter), start, end)
+        was = " ".join(str(r["text"]) for r in rows[first : last + 1])
+        now = " ".join(str(r["text"]) for r in found)
+        report.append({"start": round(start, 3), "end": round(end, 3), "was": was, "now": now})
+        if found:
+            replaced[first] = found
+            for i in range(first + 1, last + 1):
+                replaced[i] = []
+    out: list[dict[str, Any]] = []
+    for i, row in enumerate(rows):
+        out.extend(replaced.get(i, [row]))
+    return out, report
+
+
+def _words_within(rows: list[dict[str, Any]], start: float, end: float) -> list[dict[str, Any]]:
+    """`rows` cut to the words whose middle lies in [start, end)."""
+    found = []
+    for row in rows:
+        words = [w for w in row.get("words") or [] if start <= _mid(w) < end]
+        if words:
+            text = "".join(str(w["word"]) for w in words).strip()
+            found.append({**row, "words": words, "text": text,
+                          "start": words[0]["start"], "end": words[-1]["end"]})  # fmt: skip
+    return found
 
 
 def repair(
@@ -181,13 +282,7 @@ def repair(
             beam_size=int(spec["beam_size"]),
             word_timestamps=True,
         )
-        found = []
-        for row in _rows(segments, lo, duration, reporter):
-            words = [w for w in row.get("words") or [] if start <= _mid(w) < end]
-            if words:
-                text = "".join(str(w["word"]) for w in words).strip()
-                found.append({**row, "words": words, "text": text,
-                              "start": words[0]["start"], "end": words[-1]["end"]})  # fmt: skip
+        found = _words_within(_rows(segments, lo, duration, reporter), start, end)
         rows = sorted([*rows, *found], key=lambda r: float(r["start"]))
         repaired.append({"start": start, "end": end, "words": sum(len(r["words"]) for r in found)})
     return rows, repaired

@@ -8,8 +8,8 @@ store inside the transaction that accepts a completion, DESIGN §4.3) does the r
   DETECT_LANGUAGE (and, in quality mode, on the previous chunk); MERGE_TRANSCRIPTION gains
   every chunk as a dependency;
 - DETECT_LANGUAGE done -> its language into the waiting chunks and the pipeline row;
-- TRANSCRIBE_CHUNK done -> its segments into MERGE's payload; in quality mode its tail text
-  into the next chunk's initial_prompt;
+- TRANSCRIBE_CHUNK done -> its segments into MERGE's payload; its tail text into the
+  initial_prompt of the next chunks that have not started (the nearest earlier text wins);
 - MERGE_TRANSCRIPTION done -> the transcript text into AI_ANALYZE's payload.
 Payloads carry paths relative to the executing node's data dir, named per material
 (`audio/<material>/audio.wav`, as in seed §7.7), so CHECK_EXISTING finds earlier outputs.
@@ -54,6 +54,7 @@ PARAMS = frozenset(
 )
 TASK_FIELDS = frozenset({"priority", "max_retries", "cloud_preference"})
 PROMPT_TAIL_CHARS = 800  # Whisper keeps the last 223 tokens of a prompt: about this much
+PROMPT_AHEAD = 4  # a finished chunk's text is offered to this many of the chunks after it
 _SENTENCE_END = re.compile(r"[.!?。！？]\s*")
 SEGMENT_KEYS = ("start", "end", "text", "speaker", "words")
 MAX_RETRIES = {DL: 3, SUB: 0, EXTRACT: 2, SPLIT: 2, DETECT: 2, CHUNK: 2, MERGE: 2, ANALYZE: 3}
@@ -561,16 +562,26 @@ class MediaTemplate(Template):
                 )
         collected.sort(key=lambda c: int(c["index"]))
         patches: dict[str, dict[str, Any]] = {m.id: {"chunks": collected} for m in waiting(MERGE)}
-        # Context: the next chunk, if it has not started yet (always so in quality mode, where
-        # chunks are chained), hears this chunk's tail as its initial_prompt.
+        # Context: the chunks after this one that have not started yet hear its tail as their
+        # initial_prompt, unless a nearer earlier chunk's text is there already. The next chunk
+        # always gets it in quality mode (chunks are chained); with parallel slots the next
+        # chunk is usually running already, and the one after it starts when a slot frees,
+        # so it hears the text of the chunk two before: not the words just before its audio,
+        # but the talk's topic and names, which a chunk without any prompt gets wrong more
+        # often ("bread" heard as "red" in a talk about bread).
         index = int(task.payload.get("chunk_index", 0))
         user_prompt = str(done.pipeline.params.get("initial_prompt") or "")
         for t in waiting(CHUNK):
-            if int(t.payload.get("chunk_index", -1)) != index + 1:
+            later = int(t.payload.get("chunk_index", -1))
+            if not index < later <= index + PROMPT_AHEAD:
+                continue
+            nearer = t.payload.get("prompt_from_chunk")
+            if isinstance(nearer, int) and nearer >= index:
                 continue
             tail = prompt_tail(result, _float(t.payload.get("chunk_start_sec")))
             if tail:
-                patches[t.id] = {"initial_prompt": f"{user_prompt} {tail}".strip()}
+                prompt = f"{user_prompt} {tail}".strip()
+                patches[t.id] = {"initial_prompt": prompt, "prompt_from_chunk": index}
         return SpawnPlan(patch_payloads=patches)
 
 
