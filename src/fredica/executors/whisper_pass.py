@@ -25,8 +25,9 @@ Runs in the inference worker (child process); times here are relative to the chu
 from __future__ import annotations
 
 import importlib
-import re
 from typing import Any
+
+from fredica.executors.merge import tokens
 
 SAMPLE_RATE = 16_000
 MIN_GAP_SEC = 3.0  # speech this long without a single word was skipped, not mumbled
@@ -35,7 +36,6 @@ PROMPT_CHARS = 800  # the repair pass hears what came before, as Whisper would
 SPEECH_PAD_SEC = 0.3  # word timings from cross-attention may stray this far out of speech
 MIN_SPEECH_SHARE = 0.25  # a segment less than this much inside speech was heard in silence
 REPEAT_WORDS = 5  # a run of this many words written twice in one chunk is checked again
-_TOKEN = re.compile(r"\w+(?:'\w+)?", re.UNICODE)
 
 
 def uncovered(
@@ -176,8 +176,8 @@ def check_against_speech(
 
 
 def _grams(text: str, n: int) -> set[tuple[str, ...]]:
-    tokens = [t.lower() for t in _TOKEN.findall(text)]
-    return {tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
+    words = tokens(text)
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
 def repeated_runs(
