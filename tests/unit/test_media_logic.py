@@ -41,6 +41,22 @@ def test_chunk_files_carry_context_beyond_their_cuts() -> None:
     assert [(s.start, s.end) for s in short] == [(0.0, 30.0), (15.0, 45.0), (30.0, 60.0)]
 
 
+def test_a_chunk_that_ends_in_a_pause_carries_no_audio_after_it() -> None:
+    pauses = [(35.0, 36.0), (70.0, 71.0)]  # cuts at 35.5 and 70.5 are in pauses
+    cuts = split.plan_cuts(100.0, 40.0, pauses)
+    assert [(c.at, c.method) for c in cuts] == [(35.5, "vad pause"), (70.5, "vad pause")]
+    spans = split.chunk_spans(100.0, cuts, pauses, context=3.0, min_file=30.0)
+    # each end stops at its cut; each start keeps its context (snapped into the pause before)
+    assert [s.end for s in spans] == [35.5, 70.5, 100.0]
+    assert [s.start for s in spans] == [0.0, 32.5, 64.5]  # the last one takes all before
+    # a cut with no pause (overlap) keeps context after it; so does a short chunk filled up
+    # to a whole Whisper window
+    overlap = split.chunk_spans(100.0, split.plan_cuts(100.0, 40.0, []), [], 3.0, 30.0)
+    assert overlap[0].end == 46.0
+    short = split.chunk_spans(60.0, split.plan_cuts(60.0, 20.0, [(19.5, 20.5)]), [], 3.0, 30.0)
+    assert short[0].end == 30.0
+
+
 def test_boundary_repeats_are_dropped_and_time_never_goes_back() -> None:
     chunks = [
         {"index": 0, "segments": [{"start": 0, "end": 4.0, "text": "we split the audio"},

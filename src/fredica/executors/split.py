@@ -11,8 +11,9 @@ most SEARCH_SHARE of a chunk); where nobody pauses there, the cut stays at the b
 "silence" or "overlap"), and `split_at` summarises them honestly ("mixed" when they differ).
 
 A chunk is responsible for the audio between its two cuts (`own_start_sec`..`own_end_sec`,
-at most chunk_duration_sec), but its file carries CONTEXT_SEC more on each side, and more for
-short chunks, up to MIN_FILE_SEC in all: Whisper decodes 30 s windows, and a short clip padded
+at most chunk_duration_sec), but its file carries CONTEXT_SEC more on each side (none after
+a cut in a pause: the sentence before it is complete), and more for short chunks, up to
+MIN_FILE_SEC in all: Whisper decodes 30 s windows, and a short clip padded
 with silence is transcribed measurably worse than the same speech inside a full window. The
 neighbours therefore overlap; MERGE_TRANSCRIPTION keeps each word once, from the chunk that owns
 the time of its middle, cutting in the widest gap between words near the cut point, so a word
@@ -130,17 +131,25 @@ def chunk_spans(
 ) -> list[Span]:
     """Each chunk's file span: its own part plus context on each side, at least `min_file`
     in all when the audio allows; a file edge moves to a pause within SNAP_SEC, so the model
-    starts listening at the start of a phrase, as it does in the whole file. Pure."""
+    starts listening at the start of a phrase, as it does in the whole file. A chunk that
+    ends in a pause and needs no filling up to `min_file` stops there: its last sentence is
+    complete, and what follows belongs to the next chunk (audio after the cut would only be
+    transcribed to be thrown away: 22% of the decoding time of 30 s chunks). Pure."""
     mids = sorted((s + e) / 2 for s, e in pauses if e - s >= MIN_PAUSE_SEC)
     bounds = [0.0] + [c.at for c in cuts] + [duration]
+    ends_in_pause = [c.method != "overlap" for c in cuts] + [True]
     spans: list[Span] = []
-    for own_start, own_end in itertools.pairwise(bounds):
+    for (own_start, own_end), in_pause in zip(
+        itertools.pairwise(bounds), ends_in_pause, strict=True
+    ):
         extra = max(context * 2, min_file - (own_end - own_start))
         before = min(own_start, extra / 2)
         after = min(duration - own_end, extra - before)
         before = min(own_start, extra - after)  # what the end could not take goes before
         start = _snap(own_start - before, mids, own_start - before - SNAP_SEC, own_start - 1.0)
         end = _snap(own_end + after, mids, own_end + 1.0, own_end + after + SNAP_SEC)
+        if in_pause and extra <= context * 2:
+            end = own_end
         start = 0.0 if own_start <= 0 else max(0.0, start)
         end = duration if own_end >= duration else min(duration, end)
         spans.append(Span(round(start, 3), round(end, 3), round(own_start, 3), round(own_end, 3)))
@@ -250,7 +259,7 @@ class SplitAudioExecutor(TaskExecutor):
             "source": outputs.fingerprint_file(source),
             "chunk_duration_sec": task.payload.get("chunk_duration_sec", DEFAULT_CHUNK_SEC),
             "split_at_silence": task.payload.get("split_at_silence", True),
-            "planner": 3,  # chunks cut by an older planner are not reused
+            "planner": 4,  # chunks cut by an older planner are not reused
         }
 
     async def can_skip(self, task: models.Task, ctx: TaskContext) -> dict[str, Any] | None:
