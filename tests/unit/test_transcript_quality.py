@@ -341,3 +341,36 @@ def test_offline_analysis_works_in_any_language() -> None:
     assert extractive.chapter_length(180.0) == 60.0
     assert len(extractive.chapters(segs)) == 3
     assert len(extractive.chapters(segs[:5])) == 1  # under a minute: one chapter
+
+
+def test_the_first_pass_does_not_decode_the_last_moment_of_a_clip_on_its_own() -> None:
+    """faster-whisper decodes windows lazily, while its segments are read: after a segment
+    that ends within END_REST_SEC of the clip's end the first pass reads no further, so the
+    few hundred milliseconds left (a pause) are never decoded as a window of their own."""
+    import numpy as np
+
+    from fredica.executors import whisper_pass
+
+    decoded: list[float] = []
+
+    def windows() -> Any:  # what the model yields, window by window
+        for start, end in [(0.0, 12.0), (12.5, 29.4), (29.4, 30.0)]:
+            decoded.append(start)
+            seg = _Heard(start, end, text=f"words {start}")
+            seg.words = [_Heard(start, end, word=f" w{start}")]
+            yield seg
+
+    class Lazy:
+        def transcribe(self, audio: Any, **options: Any) -> tuple[Any, None]:
+            return windows(), None
+
+    audio = np.zeros(30 * 16_000, dtype=np.float32)
+    spec = {"language": "en", "beam_size": 5, "vad_filter": False, "word_timestamps": True}
+    rows, _ = whisper_pass.first_pass(Lazy(), audio, spec, _Quiet())
+    assert [r["text"] for r in rows] == ["words 0.0", "words 12.5"]
+    assert decoded == [0.0, 12.5]  # the remainder after 29.4 s was never asked for
+    # far from the end, every segment is read
+    decoded.clear()
+    long_audio = np.zeros(40 * 16_000, dtype=np.float32)
+    rows, _ = whisper_pass.first_pass(Lazy(), long_audio, spec, _Quiet())
+    assert len(rows) == 3 and decoded == [0.0, 12.5, 29.4]

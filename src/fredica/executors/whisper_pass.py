@@ -19,6 +19,12 @@ that contains a run of REPEAT_WORDS words already written earlier in the chunk (
 is transcribed again on its own, without any text to condition on, and what that pass hears in
 its time replaces it (only in the part of the file the merge takes from this chunk: `own_sec`).
 Speech that really repeats itself comes out the same the second time.
+The first pass stops reading segments after one that ends within END_REST_SEC of the clip's
+end: faster-whisper seeks to the last word and would decode those last few hundred
+milliseconds (a pause: chunk files end in one) as a window of their own, conditioned on the
+chunk's text, where the model writes nonsense until the log-probability check fails and the
+no-speech check discards it (seen here after most prompted chunks: 0.5-0.8 s of a 2-2.6 s
+decode, for nothing).
 Runs in the inference worker (child process); times here are relative to the chunk.
 """
 
@@ -36,6 +42,7 @@ PROMPT_CHARS = 800  # the repair pass hears what came before, as Whisper would
 SPEECH_PAD_SEC = 0.3  # word timings from cross-attention may stray this far out of speech
 MIN_SPEECH_SHARE = 0.25  # a segment less than this much inside speech was heard in silence
 REPEAT_WORDS = 5  # a run of this many words written twice in one chunk is checked again
+END_REST_SEC = 1.0  # audio after a segment ending this close to the clip's end: not decoded
 
 
 def uncovered(
@@ -57,9 +64,13 @@ def uncovered(
     return out
 
 
-def _rows(segments: Any, shift: float, duration: float, reporter: Any) -> list[dict[str, Any]]:
+def _rows(
+    segments: Any, shift: float, duration: float, reporter: Any, rest: float = 0.0
+) -> list[dict[str, Any]]:
     """Segments of a faster-whisper generator as dicts (times + `shift`), checking pause and
-    cancel between segments (decoding happens while the generator is consumed)."""
+    cancel between segments (decoding happens while the generator is consumed). With `rest`,
+    consumption stops after a segment that ends less than `rest` seconds before `duration`:
+    faster-whisper would otherwise decode that remainder as a window of its own."""
     out: list[dict[str, Any]] = []
     for seg in segments:
         reporter.wait_if_paused()
@@ -84,6 +95,8 @@ def _rows(segments: Any, shift: float, duration: float, reporter: Any) -> list[d
         out.append(row)
         if duration > 0:
             reporter.progress(5 + 85 * min(1.0, row["end"] / duration), f"{row['end']:.1f}s")
+        if rest > 0 and duration - row["end"] < rest:
+            break
     return out
 
 
@@ -98,7 +111,7 @@ def first_pass(model: Any, audio: Any, spec: dict[str, Any], reporter: Any) -> t
         word_timestamps=bool(spec["word_timestamps"]),
         condition_on_previous_text=True,
     )
-    return _rows(segments, 0.0, len(audio) / SAMPLE_RATE, reporter), info
+    return _rows(segments, 0.0, len(audio) / SAMPLE_RATE, reporter, END_REST_SEC), info
 
 
 def speech_regions(audio: Any) -> list[tuple[float, float]]:
