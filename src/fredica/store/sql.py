@@ -333,7 +333,7 @@ class SQLStore(TaskStore):
     async def claim(self, flt: ClaimFilter, node_id: str | None = None) -> list[Task]:
         if (flt.limit <= 0 and flt.ahead <= 0) or (flt.types is not None and not flt.types):
             return []
-        return await self._work(lambda tx: work.claim(tx, flt), node_id)
+        return work.tasks_of(await self._work(lambda tx: work.claim_rows(tx, flt), node_id))
 
     async def start(self, task_id: str, attempt: int, node_id: str | None = None) -> Task:
         return await self._work(lambda tx: work.start(tx, task_id, attempt), node_id)
@@ -378,9 +378,10 @@ class SQLStore(TaskStore):
         starts: Sequence[StartItem] = (),
     ) -> tuple[list[Completed | errors.FredicaError], list[Task]]:
         hooks = self._hooks
-        return await self._work(
+        outcomes, rows = await self._work(
             lambda tx: work.complete_and_claim(tx, items, hooks, claim, starts), node_id
         )
+        return outcomes, work.tasks_of(rows)
 
     async def fail(self, failure: Failure, node_id: str | None = None) -> Task:
         return await self._work(lambda tx: work.fail(tx, failure), node_id)

@@ -9,6 +9,7 @@ when that task is retried or skipped), and re-derives the pipeline status at com
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import uuid
@@ -147,7 +148,7 @@ class Tx:
         for start in range(0, len(rows), per):
             chunk = rows[start : start + per]
             sql = f"{head} VALUES {', '.join(row for _ in chunk)}{tail}"
-            self.q(sql, [*(v for r in chunk for v in r), *tail_params])
+            self.q(sql, [*itertools.chain.from_iterable(chunk), *tail_params])
 
     def events_of(self, events: Sequence[tuple[str, int, str, str | None, float | None]]) -> None:
         """Write `(task_id, task_ord, event_type, message, at)` events in one statement (the

@@ -44,7 +44,27 @@ _REPORTABLE = (S.RUNNING, S.STALE, S.CLAIMED)
 
 
 # --- claiming -------------------------------------------------------------------------------
+ClaimedRows = list[tuple[Any, ...]]  # claimed task rows in `TASK_COLUMNS` order, claim order
+
+_PRIORITY, _CREATED_AT, _PIPELINE = (
+    TASK_FIELDS.index("priority"),
+    TASK_FIELDS.index("created_at"),
+    TASK_FIELDS.index("pipeline_id"),
+)
+
+
 def claim(tx: Tx, flt: ClaimFilter) -> list[Task]:
+    """`claim_rows` as tasks."""
+    return tasks_of(claim_rows(tx, flt))
+
+
+def tasks_of(rows: ClaimedRows) -> list[Task]:
+    """The tasks of claimed rows. The stores build them after the transaction, on the
+    caller's thread: the store's thread, which every write waits for, only writes."""
+    return list(map(task_from_values, rows))
+
+
+def claim_rows(tx: Tx, flt: ClaimFilter) -> ClaimedRows:
     """Claim up to `flt.limit` ready tasks for `tx.node_id` (see `TaskStore.claim`), then up
     to `flt.ahead` more of `flt.ahead_types`, claimed but not started.
 
@@ -99,7 +119,7 @@ def _ready_where(
 
 def _claim_part(
     tx: Tx, flt: ClaimFilter, limit: int, types: frozenset[str] | None, start: bool
-) -> list[Task]:
+) -> ClaimedRows:
     if limit <= 0 or (types is not None and not types):
         return []
     node_id = tx.node_id
@@ -138,7 +158,7 @@ def _claim_part(
     )
     if not rows:
         return []
-    tasks = sorted(map(task_from_values, rows), key=lambda t: (-t.priority, t.created_at))
+    rows.sort(key=lambda r: (-r[_PRIORITY], r[_CREATED_AT]))
     message = "started at once" if start else None
     attempt = TASK_FIELDS.index("attempt")
     tx.events_of(
@@ -153,9 +173,9 @@ def _claim_part(
             for r in rows
         ]
     )
-    for task in tasks:
-        tx.bump(task.pipeline_id, S.PENDING, status)
-    return tasks
+    for pipeline_id, n in Counter(r[_PIPELINE] for r in rows).items():
+        tx.bump(pipeline_id, S.PENDING, status, n)
+    return rows
 
 
 def fenced(tx: Tx, task_id: str, attempt: int) -> Row:
@@ -256,7 +276,7 @@ def complete_and_claim(
     hooks: SpawnHookLookup,
     flt: ClaimFilter | None,
     starts: Sequence[StartItem] = (),
-) -> tuple[list[Completed | errors.FredicaError], list[Task]]:
+) -> tuple[list[Completed | errors.FredicaError], ClaimedRows]:
     """Group commit of starts and completions, then a claim for the freed slots, in one
     transaction.
 
@@ -288,7 +308,7 @@ def complete_and_claim(
     _complete_plain(tx, plain)
     done = iter(Completed(item.task_id, item.attempt, f.pipeline_id) for item, f in plain)
     results = [o if o is not None else next(done) for o in outcome]
-    claimed = claim(tx, flt) if flt is not None else []
+    claimed = claim_rows(tx, flt) if flt is not None else []
     return results, claimed
 
 
