@@ -124,7 +124,7 @@ class OwnerRouter:
         if owner is None:
             return await self.local.release(task_id, attempt, reason, node_id)
         return await self._final(
-            task_id, owner.release(task_id, attempt, reason, node_id or self.node_id)
+            task_id, attempt, owner.release(task_id, attempt, reason, node_id or self.node_id)
         )
 
     async def set_paused(
@@ -215,7 +215,7 @@ class OwnerRouter:
                 got, more = await self._outbox_completions(owner, part, exc), []
             outcomes.update(zip(idx, got, strict=True))
             for i in idx:
-                self._forget(items[i].task_id)
+                self._forget(items[i].task_id, items[i].attempt)
             self._remember(owner, more)
             claimed += more
             free -= len(more)
@@ -228,7 +228,9 @@ class OwnerRouter:
         if owner is None:
             return await self.local.fail(failure, node_id)
         try:
-            return await self._final(failure.task_id, owner.fail(failure, node_id or self.node_id))
+            return await self._final(
+                failure.task_id, failure.attempt, owner.fail(failure, node_id or self.node_id)
+            )
         except errors.StoreError as exc:
             self._owners.unreachable(owner, exc)
             task = self._tasks[failure.task_id]
@@ -239,7 +241,7 @@ class OwnerRouter:
                 "fail",
                 protocol.failure_to_json(failure),
             )
-            self._forget(failure.task_id)
+            self._forget(failure.task_id, failure.attempt)
             logger.warning(
                 "owner %s unreachable: the failure of %s waits in the outbox (%s)",
                 owner.node_id,
@@ -252,16 +254,16 @@ class OwnerRouter:
                 task, error=failure.error, error_type=failure.error_type.value
             )
 
-    async def _final(self, task_id: str, report: Awaitable[Task]) -> Task:
+    async def _final(self, task_id: str, attempt: int, report: Awaitable[Task]) -> Task:
         """A report that ends this node's claim: forgotten unless it did not reach the owner."""
         try:
             task = await report
         except errors.StoreError:
             raise
         except errors.FredicaError:
-            self._forget(task_id)  # the owner refused: the claim is gone anyway
+            self._forget(task_id, attempt)  # the owner refused: the claim is gone anyway
             raise
-        self._forget(task_id)
+        self._forget(task_id, attempt)
         return task
 
     def _remember(self, owner: RemoteOwner, tasks: list[Task]) -> None:
@@ -269,7 +271,14 @@ class OwnerRouter:
             self._claimed[task.id] = owner
             self._tasks[task.id] = task
 
-    def _forget(self, task_id: str) -> None:
+    def _forget(self, task_id: str, attempt: int) -> None:
+        """Forget the claim of `task_id` that `attempt` ended. A newer attempt of the same task
+        that this node claimed again (the owner reclaimed it while the older one could not
+        report, and the older one learns so only now) keeps its owner: its heartbeats and
+        reports still go there."""
+        task = self._tasks.get(task_id)
+        if task is not None and task.attempt > attempt:
+            return
         self._claimed.pop(task_id, None)
         self._tasks.pop(task_id, None)
 

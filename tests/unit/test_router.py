@@ -1,0 +1,109 @@
+"""The worker's store router (`cluster.router.OwnerRouter`) remembers which owner granted each
+claim, so that the claim's heartbeats and reports reach that owner.
+
+The owner here is answered by its real SQLite store, without HTTP: what is tested is the
+router's memory of who granted which attempt (tests/cluster runs the same over real nodes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fredica.cluster.router import OwnerRouter
+from fredica.domain import errors
+from fredica.domain.clock import ManualClock
+from fredica.domain.models import ErrorType, NewPipeline, NewTask, Task, TaskStatus
+from fredica.store.base import ClaimFilter, Failure, HeartbeatFeedback, Liveness
+from fredica.store.sqlite import SQLiteTaskStore
+
+TYPE = "TEST_REMOTE"
+LIVENESS = Liveness(stale_after=10.0, reclaim_after=20.0, claim_timeout=60.0)
+
+
+class StoreOwner:
+    """A peer as the router calls it, answered by the peer's own store."""
+
+    def __init__(self, store: SQLiteTaskStore) -> None:
+        self.node_id = store.node_id
+        self._store = store
+
+    async def claim(self, flt: ClaimFilter, node_id: str) -> list[Task]:
+        return await self._store.claim(flt, node_id)
+
+    async def heartbeat(
+        self, tasks: Sequence[tuple[str, int]], node_id: str, info: Any = None
+    ) -> list[HeartbeatFeedback]:
+        return await self._store.heartbeat(tasks, node_id)
+
+    async def fail(self, failure: Failure, node_id: str) -> Task:
+        return await self._store.fail(failure, node_id)
+
+    async def release(self, task_id: str, attempt: int, reason: str, node_id: str) -> Task:
+        return await self._store.release(task_id, attempt, reason, node_id)
+
+
+class OnePeer:
+    def __init__(self, owner: StoreOwner) -> None:
+        self.owner = owner
+        self.unreachable_calls = 0
+
+    def owners(self) -> list[Any]:
+        return [self.owner]
+
+    def unreachable(self, owner: Any, exc: errors.StoreError) -> None:
+        self.unreachable_calls += 1
+
+
+@pytest.fixture
+async def stores(tmp_path: Path) -> AsyncIterator[tuple[SQLiteTaskStore, SQLiteTaskStore]]:
+    clock = ManualClock(1_000.0)
+    a = SQLiteTaskStore(tmp_path / "a.db", "a", clock)
+    b = SQLiteTaskStore(tmp_path / "b.db", "b", clock)
+    yield a, b
+    await a.close()
+    await b.close()
+
+
+async def test_an_old_attempt_that_learns_late_it_lost_leaves_the_new_attempt_routed(
+    stores: tuple[SQLiteTaskStore, SQLiteTaskStore],
+) -> None:
+    a, b = stores
+    clock = a.clock
+    assert isinstance(clock, ManualClock)
+    _, _ = await a.create_pipeline(
+        NewPipeline(template="custom", material_id="m", tasks=(NewTask(type=TYPE, id="t"),))
+    )
+    router = OwnerRouter(b, OnePeer(StoreOwner(a)))
+    flt = ClaimFilter(limit=1, types=frozenset({TYPE}), start=True)
+
+    # b claims attempt 1 of a's task; b falls silent for longer than reclaim_after, a takes
+    # the task back, and b claims it again (attempt 2) before attempt 1 heard that it lost
+    [first] = await router.claim(flt, "b")
+    assert first.attempt == 1
+    clock.advance(LIVENESS.stale_after + 1)
+    await a.monitor(LIVENESS)
+    clock.advance(LIVENESS.reclaim_after)
+    await a.monitor(LIVENESS)
+    clock.advance(60.0)  # past any retry back-off
+    [second] = await router.claim(flt, "b")
+    assert (second.id, second.attempt) == ("t", 2)
+
+    # When attempt 1 stops and reports, the owner refuses it
+    with pytest.raises(errors.StaleAttempt):
+        await router.fail(Failure("t", 1, "lost the task", ErrorType.CANCELLED), "b")
+
+    # Then attempt 2's heartbeats still go to a, which still counts it as b's
+    clock.advance(1.0)
+    [feedback] = await router.heartbeat([("t", 2)], "b")
+    assert feedback.still_owned and feedback.status is TaskStatus.RUNNING
+    row = await a.get_task("t")
+    assert (row.attempt, row.claimed_by, row.heartbeat_at) == (2, "b", clock.now())
+
+    # and its end reaches a too, after which the router forgets the claim
+    done = await router.fail(Failure("t", 2, "bad input", ErrorType.PERMANENT), "b")
+    assert done.status is TaskStatus.FAILED
+    assert (await a.get_task("t")).status is TaskStatus.FAILED
