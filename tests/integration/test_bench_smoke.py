@@ -239,3 +239,24 @@ def test_the_api_load_benchmark_measures_the_engine_quiet_and_under_busy_clients
     assert summary["loaded_vs_quiet"] == round(loaded["tasks_per_s"] / quiet["tasks_per_s"], 3)
     assert doc["targets"]["engine_under_api_load_ge_half"] is (summary["loaded_vs_quiet"] >= 0.5)
     assert "engine under API load" in report.markdown(doc)
+
+
+def test_gil_steps_prints_both_claims_quiet_and_busy() -> None:
+    """`python -m bench.gil_steps` (the README's measurement of per-row GIL waits) runs and
+    prints a quiet and a busy time for each way of claiming (no timing thresholds)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.gil_steps"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {
+        line.rsplit(None, 2)[0]: [float(x) for x in line.rsplit(None, 2)[1:]]
+        for line in done.stdout.splitlines()
+        if line.startswith(("returning", "one step"))
+    }
+    assert set(rows) == {"returning", "one step"}, done.stdout
+    assert all(len(times) == 2 and min(times) > 0 for times in rows.values()), done.stdout

@@ -46,16 +46,12 @@ _REPORTABLE = (S.RUNNING, S.STALE, S.CLAIMED)
 # --- claiming -------------------------------------------------------------------------------
 ClaimedRows = list[tuple[Any, ...]]  # claimed task rows in `TASK_COLUMNS` order, claim order
 
-_PRIORITY, _CREATED_AT, _PIPELINE = (
+_PRIORITY, _CREATED_AT, _PIPELINE, _ATTEMPT = (
     TASK_FIELDS.index("priority"),
     TASK_FIELDS.index("created_at"),
     TASK_FIELDS.index("pipeline_id"),
+    TASK_FIELDS.index("attempt"),
 )
-
-
-def claim(tx: Tx, flt: ClaimFilter) -> list[Task]:
-    """`claim_rows` as tasks."""
-    return tasks_of(claim_rows(tx, flt))
 
 
 def tasks_of(rows: ClaimedRows) -> list[Task]:
@@ -160,14 +156,13 @@ def _claim_part(
         return []
     rows.sort(key=lambda r: (-r[_PRIORITY], r[_CREATED_AT]))
     message = "started at once" if start else None
-    attempt = TASK_FIELDS.index("attempt")
     tx.events_of(
         [
             (
                 r[0],
                 r[-1] or 0,
                 "claimed",
-                f"{message} (attempt {r[attempt]})" if message else None,
+                f"{message} (attempt {r[_ATTEMPT]})" if message else None,
                 None,
             )
             for r in rows
