@@ -719,16 +719,16 @@ class Node:
         selector = self.engine.selector
         if selector is None:  # not started: what this node can do is not known yet
             return
+        here = servable.NodeView(
+            self.node_id,
+            frozenset(c.function for c in selector.capabilities),
+            self.servable_types(),
+        )
+        if not servable.unservable(spec.tasks, [here], selector.plugin_functions):
+            return  # this node can run it all: the registry cannot change the answer
         rows = await self._store.list_nodes()
         views = [servable.NodeView.of(r) for r in rows if r.id != self.node_id]
-        views.append(
-            servable.NodeView(
-                self.node_id,
-                frozenset(c.function for c in selector.capabilities),
-                self.servable_types(),
-            )
-        )
-        found = servable.unservable(spec.tasks, views, selector.plugin_functions)
+        found = servable.unservable(spec.tasks, [*views, here], selector.plugin_functions)
         if found:
             raise errors.InvalidRequest(servable.describe(found, selector.why_not))
 

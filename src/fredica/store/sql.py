@@ -16,6 +16,7 @@ import functools
 import itertools
 import logging
 import queue
+import sys
 import threading
 import time
 from abc import abstractmethod
@@ -81,12 +82,20 @@ STATUS = {s.value: s for s in TaskStatus}  # a task's status column -> TaskStatu
 URGENT, NORMAL = 0, 1  # priorities of the store's queue (lower first)
 RETRY_ATTEMPTS = 8  # a busy/locked/deadlocked transaction is run again up to this many times
 RETRY_BACKOFF = 0.02  # seconds, doubled on each retry
+#: The interpreter's switch interval while a store runs (seconds; Python's default is 0.005).
+#: The driver lets go of the interpreter lock for every statement it runs and must take it back
+#: before the next: while the event loop runs Python (a burst of short tasks), each statement of
+#: a transaction waits up to one switch interval for it. Measured on the no-op benchmark (8
+#: workers, 8 alternating rounds): 1 ms instead of 5 ms, +8.6 % median of pairs.
+SWITCH_INTERVAL = 0.001
 
 
 class PriorityPool:
     """The store's threads: a queue ordered by priority, then arrival (see `SQLStore._work`)."""
 
     def __init__(self, threads: int) -> None:
+        if sys.getswitchinterval() > SWITCH_INTERVAL:
+            sys.setswitchinterval(SWITCH_INTERVAL)  # process-wide; only ever shortened
         self._queue: queue.PriorityQueue[tuple[int, int, Callable[[], Any] | None, Any]] = (
             queue.PriorityQueue()
         )
