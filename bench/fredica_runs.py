@@ -45,7 +45,10 @@ def node_settings(
         engine = replace(engine, poll_interval=poll_interval)
     if idle_poll_interval is not None:
         engine = replace(engine, idle_poll_interval=idle_poll_interval)
-    return NodeSettings(node_id=NODE_ID, data_dir=data_dir, engine=engine, plugins=(PLUGIN,))
+    # the store in a process of its own, as `fredica serve` runs it (`store.process`)
+    return NodeSettings(
+        node_id=NODE_ID, data_dir=data_dir, engine=engine, plugins=(PLUGIN,), store_process=True
+    )
 
 
 def _query(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -108,7 +111,8 @@ async def noop_throughput(
     return {
         **throughput_result(n_tasks, completed, finished, t0, t_created, last_done),
         "config": (
-            f"fredica Node in-process, max_workers {max_workers}, SQLite WAL + "
+            f"fredica Node in-process with its SQLite store in a process of its own "
+            f"(store.process, as fredica serve runs it), max_workers {max_workers}, SQLite WAL + "
             f"synchronous=NORMAL, custom pipelines of {pipeline_size} independent tasks "
             "created with node.create_pipeline while the engine runs"
         ),

@@ -72,6 +72,11 @@ class OwnerRouter:
     def node_id(self) -> str:
         return self.local.node_id
 
+    @property
+    def out_of_process(self) -> bool:
+        """As the local store: the owners' stores are other processes anyway."""
+        return self.local.out_of_process
+
     # --- what only the local store does ---------------------------------------------------
     def subscribe(self, listener: SignalListener) -> None:
         self.local.subscribe(listener)

@@ -336,6 +336,9 @@ class StoreConfig(sections.Section):
     """store: where tasks live. Empty url: the embedded SQLite file in the data dir."""
 
     url: str = ""
+    #: the embedded SQLite store runs in a process of its own (see `store/hosted.py`); false
+    #: keeps it on a thread of the node's process
+    process: bool = True
 
     @model_validator(mode="after")
     def _check(self) -> StoreConfig:

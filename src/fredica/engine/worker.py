@@ -90,6 +90,10 @@ class EngineSettings:
     claim_ahead: int = 512  # tasks claimed beyond the free slots (0: only for free slots)
     claim_ahead_window: float = 1.0  # a task claimed ahead starts within this, or goes back
     start_record_delay: float = 0.02  # a start is written once the task ran this long
+    #: with a store that works in another process: after this many quick tasks ran inline
+    #: and finished, the engine lets their commit go out before it starts the rest, so that
+    #: the store writes one part while the node runs the next (0: never)
+    commit_burst: int = 128
 
     @property
     def effective_monitor_interval(self) -> float:
@@ -148,6 +152,8 @@ class WorkerEngine:
         self._done: list[tuple[CompletionItem, _Running]] = []  # awaiting the group commit
         self._commit_wake = asyncio.Event()
         self._committing = False
+        self._starts_paused = False  # until the commit loop sent the results of a burst
+        self._resume_due = False  # the starts go on at the event loop's next turn
         self._avg_run: dict[str, float] = {}  # moving average of run time by task type (s)
         self._progress: dict[str, tuple[int, int, str | None]] = {}
         self._progress_dirty = asyncio.Event()
@@ -428,15 +434,42 @@ class WorkerEngine:
     def _start_queued(self) -> None:
         if self._starting:  # a task that finished as it started: the loop below goes on
             return
+        if self._starts_paused:
+            return
         self._starting = True
+        burst = self.settings.commit_burst if self.store.out_of_process else 0
+        launched = 0
         try:
             while self._queued and len(self._running) < self.settings.max_workers:
                 if self._stopping or self.quarantine.active:
                     return  # stop() and the quarantine hand the queue back
+                if burst and launched >= burst and self._commit_now(burst):
+                    return
                 queued = self._queued.pop(next(iter(self._queued)))
                 self._launch(queued.task, queued.claimed)
+                launched += 1
         finally:
             self._starting = False
+
+    def _commit_now(self, burst: int) -> bool:
+        """After a burst of quick tasks, when `burst` results wait: give the commit loop the
+        turn, so that the store writes them while this node runs the rest of the queue.
+        With no commit in flight the starts pause until the commit loop has sent them (it
+        starts the rest); with one in flight they go on at the loop's next turn, after the
+        answer to that commit (if it came) was heard. False: carry on starting."""
+        if len(self._done) < burst or self._loop is None:
+            return False
+        self._commit_wake.set()
+        if not self._committing:
+            self._starts_paused = True
+        elif not self._resume_due:
+            self._resume_due = True
+            self._loop.call_soon(self._resume_starts)
+        return True
+
+    def _resume_starts(self) -> None:
+        self._resume_due = False
+        self._start_queued()
 
     async def _release_overdue(self) -> None:
         """A task claimed ahead that did not start within the window goes back for any node
@@ -799,6 +832,9 @@ class WorkerEngine:
                     await asyncio.wait_for(self._commit_wake.wait(), self._next_start_due())
                 continue
             batch, self._done = self._done, []
+            if self._starts_paused:  # the rest of the queue runs while the store writes
+                self._starts_paused = False
+                asyncio.get_running_loop().call_soon(self._start_queued)
             self._committing = True
             try:
                 await self._commit(batch, starts)

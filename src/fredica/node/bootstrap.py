@@ -83,5 +83,6 @@ def settings_from_config(
         plugins=tuple(cfg.plugins),
         config=cfg,
         store_url=cfg.store.url,
+        store_process=cfg.store.process,
         max_body_bytes=cfg.api.max_body_bytes,
     )

@@ -22,16 +22,29 @@ def store_url(settings: NodeSettings) -> str:
     return os.environ.get(STORE_URL_ENV) or settings.store_url
 
 
-def open_store(settings: NodeSettings, clock: Clock | None = None) -> TaskStore:
-    """Open (and migrate) the store this node's settings name."""
+def open_store(
+    settings: NodeSettings, clock: Clock | None = None, hostable: bool = False
+) -> TaskStore:
+    """Open (and migrate) the store this node's settings name. With `hostable` (the node uses
+    the built-in registry with its plugins and the system clock, which a child process can
+    rebuild) and `settings.store_process`, the embedded SQLite store runs in a process of its
+    own (`store.hosted`)."""
     url = store_url(settings)
     if url:
         from fredica.store import postgres
 
         return postgres.PostgresTaskStore(url, settings.node_id, clock=clock)
+    path = settings.data_dir / DB_FILENAME
+    if hostable and settings.store_process:
+        from fredica.store import hosted
+
+        offset = clock.offset if isinstance(clock, OffsetClock) else 0.0
+        return hosted.open_hosted(
+            "fredica.node.store_child", path, settings.node_id, settings.plugins, offset
+        )
     from fredica.store import sqlite
 
-    return sqlite.SQLiteTaskStore(settings.data_dir / DB_FILENAME, settings.node_id, clock=clock)
+    return sqlite.SQLiteTaskStore(path, settings.node_id, clock=clock)
 
 
 def build_node(
@@ -41,6 +54,7 @@ def build_node(
     store: TaskStore | None = None,
 ) -> Node:
     """A node with its store, executors, templates and plugins."""
+    hostable = registry is None and clock is None
     registry = registry or builtin_registry()
     offset = settings.config.node.clock_offset_sec if settings.config is not None else 0.0
     if clock is None and offset:
@@ -48,4 +62,4 @@ def build_node(
     if settings.plugins:
         registry.load_plugins(settings.plugins)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    return Node(settings, store or open_store(settings, clock), registry, clock)
+    return Node(settings, store or open_store(settings, clock, hostable), registry, clock)

@@ -101,6 +101,9 @@ class NodeSettings:
     config_path: Path | None = None
     #: "" for the embedded SQLite file in `data_dir`, else a postgresql:// URL
     store_url: str = ""
+    #: run the embedded SQLite store in a process of its own (`store.process`; a node built
+    #: in-process for tests and tools keeps it on a thread unless asked)
+    store_process: bool = False
     max_body_bytes: int = 1_048_576
 
     def engine_settings(self) -> EngineSettings:

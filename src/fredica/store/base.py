@@ -89,6 +89,11 @@ class ClaimFilter:
     soft_elsewhere: frozenset[str] = frozenset()
     soft_wait: float = 0.0
 
+    @property
+    def asks_nothing(self) -> bool:
+        """No task can match: no room asked for, or an empty set of types."""
+        return (self.limit <= 0 and self.ahead <= 0) or (self.types is not None and not self.types)
+
 
 @dataclass(frozen=True, slots=True)
 class BackendNote:
@@ -288,6 +293,11 @@ class WorkStore(Protocol):
     or, in a home cluster, the router that sends each report to the owner of its task
     (`cluster.router.OwnerRouter`)."""
 
+    @property
+    def out_of_process(self) -> bool:
+        """See `TaskStore.out_of_process`."""
+        ...
+
     def subscribe(self, listener: SignalListener) -> None: ...
 
     async def claim(self, flt: ClaimFilter, node_id: str | None = None) -> list[Task]: ...
@@ -345,6 +355,10 @@ class TaskStore(ABC):
     degraded: str | None = None
     """Why the store cannot write right now (`disk_full`), or None; cleared by the next write
     that succeeds."""
+
+    out_of_process: bool = False
+    """Does the store do its work in another process (not on this process's interpreter lock),
+    so that the engine gains by overlapping its commits with the tasks it runs?"""
 
     # lifecycle and composition
     @abstractmethod

@@ -340,7 +340,7 @@ class SQLStore(TaskStore):
 
     # --- claims and reports ---------------------------------------------------------------------
     async def claim(self, flt: ClaimFilter, node_id: str | None = None) -> list[Task]:
-        if (flt.limit <= 0 and flt.ahead <= 0) or (flt.types is not None and not flt.types):
+        if flt.asks_nothing:
             return []
         return work.tasks_of(await self._work(lambda tx: work.claim_rows(tx, flt), node_id))
 
