@@ -130,6 +130,7 @@ class HostedStore(TaskStore):
         self._ids = itertools.count()
         self._send_lock = threading.Lock()
         self._closed = False
+        self._closing = False
         self._respawn = asyncio.Lock()
         self._conn: Connection | None = None
         self._child: subprocess.Popen[bytes] | None = None
@@ -192,6 +193,7 @@ class HostedStore(TaskStore):
     async def close(self) -> None:
         if self._closed:
             return
+        self._closing = True  # the child's exit that follows is no failure
         try:
             if self._conn is not None:
                 await self._call(_CLOSE, (), {})
@@ -298,7 +300,7 @@ class HostedStore(TaskStore):
         if self._conn is conn:
             self._conn = None
         code = child.wait()
-        if not self._closed:
+        if not self._closing:
             logger.error(
                 "the store's process exited (code %s); starting another at the next call",
                 code,
