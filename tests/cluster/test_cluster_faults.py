@@ -82,7 +82,7 @@ def test_a_cut_longer_than_reclaim_after_hands_the_task_to_a_new_attempt(
     done = wait_until(lambda: pipeline_done(a, pid), 40, "the pipeline")
     assert done["status"] == "completed", cluster.logs()
     row, kinds = events_of(cluster, pid)
-    assert row["attempt"] == 2 and row["retry_count"] == 1
+    assert row["attempt"] == 2 and row["retry_count"] == 1, (row, kinds, cluster.logs())
     assert row["result"]["attempt"] == 2
     assert "stale" in kinds and "reclaimed" in kinds
     phases = [(e["attempt"], e["phase"]) for e in effects(log)]

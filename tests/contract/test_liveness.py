@@ -36,9 +36,10 @@ async def test_liveness_stale_recover_reclaim(store, clock) -> None:
     assert t.affinity == Affinity.soft(NODE) and t.reclaimed_at == 471.0
     events = [e.event_type for e in await store.task_events("a")]
     assert events[-4:] == ["recovered", "stale", "reclaimed", "requeued"]
-    # the zombie learns it lost the task
+    # the zombie learns it lost the task; the answer names the attempt it is about
     clock.set(472.0)
-    assert not (await store.heartbeat([("a", task.attempt)]))[0].still_owned
+    [late] = await store.heartbeat([("a", task.attempt)])
+    assert not late.still_owned and late.attempt == task.attempt
 
 
 async def test_reclaim_without_retries_left_fails_the_task(store, clock) -> None:

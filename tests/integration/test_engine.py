@@ -438,6 +438,44 @@ async def test_a_zombie_attempt_cannot_report(node: Node) -> None:
     assert os.getpid()  # the node itself is fine
 
 
+async def test_a_late_heartbeat_answer_about_an_older_attempt_leaves_the_newer_one_alone(
+    node: Node,
+) -> None:
+    """A heartbeat for attempt 1 is answered only after this node claimed the task again as
+    attempt 2 (a network cut long enough for a reclaim); that answer ("not yours any more")
+    is about attempt 1, and attempt 2 runs on and is the one recorded."""
+    engine = node.engine
+    real = engine.store.heartbeat
+    held: list[list[tuple[str, int]]] = []
+    release = asyncio.Event()
+
+    async def late_heartbeat(pairs: Any, node_id: Any = None) -> Any:
+        if not release.is_set():
+            held.append(list(pairs))
+            await release.wait()  # answered later, by the store as it is then
+        return await real(pairs, node_id)
+
+    _, refs = await create(node, [{"ref": "t", "type": "TEST_SLEEP", "payload": {"seconds": 1.5}}])
+    t = await wait_for(lambda: _with(task(node, refs["t"]), lambda x: x.status is S.RUNNING and x))
+    assert t.attempt == 1
+    engine.store.heartbeat = late_heartbeat  # type: ignore[method-assign]
+    await wait_for(lambda: held)
+    assert held[0] == [(t.id, 1)]
+    # Given the owner reclaimed it meanwhile and this node claimed it again (attempt 2)
+    with sqlite3.connect(node.settings.data_dir / DB_FILENAME, isolation_level=None) as raw:
+        raw.execute(
+            "UPDATE task SET status='pending', claimed_by=NULL, claimed_at=NULL WHERE id=?",
+            (t.id,),
+        )
+    engine.wake()
+    await wait_for(lambda: _with(task(node, t.id), lambda x: x.attempt == 2 and x))
+    # When the answer about attempt 1 arrives
+    release.set()
+    # Then attempt 2 completes and is the one recorded
+    done = await wait_for(lambda: _with(task(node, t.id), lambda x: x.status.is_terminal and x))
+    assert (done.status, done.attempt, done.result["attempt"]) == (S.COMPLETED, 2, 2)
+
+
 def settings_with_config(tmp_path: Path, data: dict[str, Any]) -> NodeSettings:
     from dataclasses import replace
 

@@ -211,14 +211,17 @@ def feedback_to_json(fb: HeartbeatFeedback) -> JSON:
         "still_owned": fb.still_owned,
         "status": fb.status.value if fb.status else None,
         "cancel_requested": fb.cancel_requested,
+        "attempt": fb.attempt,
     }
 
 
 def feedback_from_json(d: JSON) -> HeartbeatFeedback:
     status = d.get("status")
+    attempt = d.get("attempt")
     return HeartbeatFeedback(
         str(d["task_id"]),
         bool(d["still_owned"]),
         TaskStatus(status) if status else None,
         bool(d["cancel_requested"]),
+        int(attempt) if attempt is not None else None,
     )

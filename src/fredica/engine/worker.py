@@ -971,14 +971,19 @@ class WorkerEngine:
             return
         feedback = await self.store.heartbeat(pairs, self.node_id)
         for fb in feedback:
+            # the answer may be about another attempt than the one held now: the task was
+            # claimed again while the heartbeat was on its way, or an older attempt's result
+            # still waits for the group commit; it says nothing about the newer attempt
             queued = self._queued.get(fb.task_id)
+            if queued is not None and fb.attempt not in (None, queued.task.attempt):
+                queued = None
             if queued is not None and (not fb.still_owned or fb.cancel_requested):
                 del self._queued[fb.task_id]
                 if fb.still_owned:  # cancelled before it started
                     self._background_call(self._cancel_queued(queued.task, "cancelled by user"))
                 continue
             running = self._running.get(fb.task_id)
-            if running is None:
+            if running is None or fb.attempt not in (None, running.task.attempt):
                 continue
             if not fb.still_owned:
                 status = fb.status.value if fb.status else "gone"

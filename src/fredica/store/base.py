@@ -156,6 +156,10 @@ class HeartbeatFeedback:
     still_owned: bool
     status: TaskStatus | None
     cancel_requested: bool
+    #: the attempt this answer is about (the one heartbeated): a node that claimed the task
+    #: again meanwhile must not apply an answer about the older attempt to the newer one.
+    #: None from a peer older than this field.
+    attempt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

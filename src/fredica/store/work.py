@@ -213,7 +213,7 @@ def heartbeat(tx: Tx, tasks: Sequence[tuple[str, int]]) -> list[HeartbeatFeedbac
             f"SELECT {TASK_COLUMNS} FROM task WHERE id = ?{tx.dialect.lock}", (task_id,)
         ).fetchone()
         if row is None:
-            feedback.append(HeartbeatFeedback(task_id, False, None, False))
+            feedback.append(HeartbeatFeedback(task_id, False, None, False, attempt))
             continue
         status = TaskStatus(row["status"])
         owns = row["claimed_by"] == tx.node_id and row["attempt"] == attempt
@@ -235,6 +235,7 @@ def heartbeat(tx: Tx, tasks: Sequence[tuple[str, int]]) -> list[HeartbeatFeedbac
                 owns and status in (S.RUNNING, S.CLAIMED),
                 status,
                 bool(row["cancel_requested"]),
+                attempt,
             )
         )
     return feedback
