@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import sqlite3
@@ -474,6 +475,33 @@ async def test_a_late_heartbeat_answer_about_an_older_attempt_leaves_the_newer_o
     # Then attempt 2 completes and is the one recorded
     done = await wait_for(lambda: _with(task(node, t.id), lambda x: x.status.is_terminal and x))
     assert (done.status, done.attempt, done.result["attempt"]) == (S.COMPLETED, 2, 2)
+
+
+async def test_a_finished_attempt_leaves_no_reference_cycle(node: Node) -> None:
+    """What the engine kept for an attempt is freed when it ends, not left for the garbage
+    collector (a cycle of about ten objects a task made its collections walk thousands of
+    finished tasks on a busy node)."""
+    from fredica.executors.control import TaskControl
+
+    gc.collect()
+    gc.disable()  # what survives now survives only by a cycle (or a real reference)
+    try:
+        tasks = [{"ref": f"t{i}", "type": "TEST_INLINE"} for i in range(20)]
+        tasks += [
+            {"ref": f"s{i}", "type": "TEST_SLEEP", "payload": {"seconds": 0.01}} for i in range(5)
+        ]
+        pid, _ = await create(node, tasks)
+        done = await wait_for(lambda: pipeline_done(node, pid))
+        assert done.status is PipelineStatus.COMPLETED
+        await wait_for(lambda: not node.engine.running_count)
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds unreachable is kept to count
+        gc.collect()
+        cycles = [o for o in gc.garbage if isinstance(o, TaskControl)]
+        assert cycles == [], f"{len(cycles)} finished attempts left in reference cycles"
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
 
 
 def settings_with_config(tmp_path: Path, data: dict[str, Any]) -> NodeSettings:

@@ -691,6 +691,7 @@ class WorkerEngine:
 
     def _forget(self, running: _Running) -> None:
         """Drop `running` from the running set, unless a newer attempt replaced it."""
+        running.control.detach()  # no cycle left behind (`TaskControl.detach`)
         if self._running.get(running.task.id) is running:
             del self._running[running.task.id]
             self._progress.pop(running.task.id, None)

@@ -71,6 +71,14 @@ class TaskControl:
         """Call `listener(paused, reason)` whenever the pause state changes."""
         self._listeners.append(listener)
 
+    def detach(self) -> None:
+        """The attempt ended: drop the listeners and hooks. They usually refer back to the
+        engine's record of the attempt, which refers to this control; without this the pair
+        lives on as a reference cycle until the garbage collector finds it (about ten objects
+        a task, which made its collections walk thousands of finished tasks)."""
+        self._listeners.clear()
+        self._pause_hooks.clear()
+
     # --- user side -------------------------------------------------------------------------
     def cancel(self, reason: str = "cancelled by user") -> None:
         if self._cancelled:

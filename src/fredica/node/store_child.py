@@ -19,6 +19,7 @@ from fredica.domain import errors
 from fredica.domain.clock import OffsetClock
 from fredica.engine.registry import builtin_registry
 from fredica.executors.ledger import set_pdeathsig
+from fredica.node import gctune
 from fredica.store import hosted, sql
 from fredica.store.sqlite import SQLiteTaskStore
 
@@ -60,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         hosted.announce(conn, None, exc)
         return 1
+    gctune.tune_once()  # what start-up built lives as long as this process
     hosted.announce(conn, store, None)
     try:
         hosted.serve(conn, store)

@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 from fredica.domain import errors, models
 from fredica.store import sql, work
 from fredica.store.base import (
+    BackendNote,
     ClaimFilter,
     Completed,
     CompletionItem,
@@ -90,7 +91,7 @@ def _by_fields(*classes: type) -> None:
         copyreg.pickle(cls, lambda obj, cls=cls, get=get: (cls, get(obj)))  # type: ignore[misc]
 
 
-_by_fields(models.NewTask, models.NewPipeline, CompletionItem, Completed, StartItem)
+_by_fields(models.NewTask, models.NewPipeline, CompletionItem, BackendNote, Completed, StartItem)
 
 
 def _dumps(message: tuple[Any, ...]) -> bytes:
