@@ -142,6 +142,33 @@ def test_the_source_and_the_spoken_audio_can_be_picked(
     _close(page)
 
 
+def test_a_pick_in_the_player_survives_the_view_being_drawn_again(
+    chromium: Any, node: ServedNode, dubbed: dict[str, Any]
+) -> None:
+    """The result view is drawn again when the live stream says which node this is (and when
+    a result changes): the player keeps the media a person picked, not the first item."""
+    context = chromium.new_context(locale="en-US", viewport={"width": 1366, "height": 900})
+    # Given the live stream is not there yet when the page first draws its results
+    context.route("**/api/v1/events*", lambda route: route.abort())
+    page = context.new_page()
+    page.goto(f"{node.url}/pipelines/{dubbed['id']}")
+    picker = page.locator("#player-pick")
+    expect(picker).to_be_visible(timeout=WAIT_MS)
+    picker.select_option(index=2)
+    expect(page.locator("video#player-media")).to_have_attribute("data-role", "source")
+    page.evaluate(f"{MEDIA}.dataset.drawn = 'first'")
+    # When it connects and the view is drawn again (a new player element)
+    context.unroute("**/api/v1/events*")
+    expect(page.locator("#conn")).to_have_attribute("data-state", "live", timeout=WAIT_MS)
+    page.wait_for_function(f"() => {MEDIA} && !{MEDIA}.dataset.drawn", timeout=WAIT_MS)
+    # Then the new player shows the source with the German captions on, as picked
+    media = page.locator("video#player-media")
+    assert media.get_attribute("data-role") == "source"
+    assert media.locator("track[default]").get_attribute("srclang") == "de"
+    assert page.locator("#player-pick").input_value() == "2"
+    context.close()
+
+
 def test_a_transcription_plays_its_source_and_seeks_from_the_transcript(
     chromium: Any, node: ServedNode, tmp_path: Path
 ) -> None:

@@ -165,6 +165,11 @@ function mediaElement(item, tracks, preferred) {
   return media;
 }
 
+// What a person picked in a pipeline's player, by pipeline id: the result view is drawn again
+// when something changes (the node's id arriving after the page, a translation completing),
+// and the new player starts from that pick instead of going back to the first item.
+const picked = new Map();
+
 /** Switch `media` to another item, keeping the time (the same timeline in another form). */
 function switchMedia(state, item, tracks, preferred) {
   const at = state.media.currentTime || 0;
@@ -202,7 +207,12 @@ export async function playerBlock(tasks, { hasTranscript = false } = {}) {
   const translation = data.tracks.find((track) => track.role === "translation") || null;
   const tracks = [original, translation].filter(Boolean);
   const preferred = translation || original;
-  const state = { media: mediaElement(data.media[0], tracks, preferred), onMedia: [] };
+  const pick = picked.get(pipelineId);
+  const start = Math.max(
+    0,
+    data.media.findIndex((item) => pick && item.task_id === pick.task_id && item.role === pick.role),
+  );
+  const state = { media: mediaElement(data.media[start], tracks, preferred), onMedia: [] };
   const picker =
     data.media.length > 1
       ? h(
@@ -212,8 +222,11 @@ export async function playerBlock(tasks, { hasTranscript = false } = {}) {
         )
       : h("span", { class: "muted small", id: "player-name" }, mediaLabel(data.media[0]));
   if (picker.tagName === "SELECT") {
+    picker.value = String(start);
     picker.addEventListener("change", () => {
-      switchMedia(state, data.media[Number(picker.value)], tracks, preferred);
+      const item = data.media[Number(picker.value)];
+      picked.set(pipelineId, { task_id: item.task_id, role: item.role });
+      switchMedia(state, item, tracks, preferred);
     });
   }
   const section = h(
