@@ -169,6 +169,53 @@ def test_a_pick_in_the_player_survives_the_view_being_drawn_again(
     context.close()
 
 
+def test_a_pick_made_while_the_view_is_being_drawn_again_is_kept(
+    chromium: Any, node: ServedNode, dubbed: dict[str, Any]
+) -> None:
+    """The view builds its new player, then reads the file lists before it replaces the old
+    one: a pick made on the old player in that gap shows in the new one."""
+    context = chromium.new_context(locale="en-US", viewport={"width": 1366, "height": 900})
+    context.route("**/api/v1/events*", lambda route: route.abort())
+    held: list[Any] = []
+    hold = {"on": False}
+
+    def files(route: Any) -> None:
+        if hold["on"]:
+            held.append(route)
+        else:
+            route.continue_()
+
+    context.route("**/api/v1/tasks/*/files", files)
+    page = context.new_page()
+    page.goto(f"{node.url}/pipelines/{dubbed['id']}")
+    picker = page.locator("#player-pick")
+    expect(picker).to_be_visible(timeout=WAIT_MS)
+    page.evaluate("document.querySelector('#player').dataset.drawn = 'first'")
+    # Given the view is being drawn again and waits for its file lists
+    hold["on"] = True
+    context.unroute("**/api/v1/events*")
+    expect(page.locator("#conn")).to_have_attribute("data-state", "live", timeout=WAIT_MS)
+    for _ in range(WAIT_MS // 50):
+        if held:
+            break
+        page.wait_for_timeout(50)  # the route handler runs while the page is waited on
+    assert held, "the view was not drawn again"
+    # When the person picks the source on the old player meanwhile
+    picker.select_option(index=2)
+    expect(page.locator("video#player-media")).to_have_attribute("data-role", "source")
+    hold["on"] = False
+    for route in held:
+        route.continue_()
+    # Then the new player shows the source with the German captions on
+    drawn = "() => { const p = document.querySelector('#player'); return p && !p.dataset.drawn }"
+    page.wait_for_function(drawn, timeout=WAIT_MS)
+    media = page.locator("video#player-media")
+    assert media.get_attribute("data-role") == "source"
+    assert media.locator("track[default]").get_attribute("srclang") == "de"
+    assert page.locator("#player-pick").input_value() == "2"
+    context.close()
+
+
 def test_a_transcription_plays_its_source_and_seeks_from_the_transcript(
     chromium: Any, node: ServedNode, tmp_path: Path
 ) -> None:

@@ -58,6 +58,7 @@ export function renderPipeline(app, pipelineId) {
     selected: new URLSearchParams(location.search).get("task"),
     detailSeq: -1,
     resultsKey: "", // which completed results the result view shows
+    resultsDraw: 0, // counts draws of the result view: an older one that finishes later is dropped
   };
   let detailTimer = null;
   let replicaTimer = null;
@@ -218,7 +219,9 @@ export function renderPipeline(app, pipelineId) {
     if (key.join() === view.resultsKey) return;
     view.resultsKey = key.join();
     const name = sourceLabel(view.pipeline?.params?.source) || shortId(pipelineId);
-    await renderResults(resultsBox, name, tasks);
+    // two draws can overlap (each waits for reads): only the newest one is put on the page
+    const draw = ++view.resultsDraw;
+    await renderResults(resultsBox, name, tasks, { current: () => draw === view.resultsDraw });
   }
 
   let resultsTimer = null;

@@ -201,18 +201,20 @@ export async function playerBlock(tasks, { hasTranscript = false } = {}) {
   if (!data.media.length) {
     if (!elsewhere.length) return null;
     const note = h("section", { class: "result-block result-player" }, ...elsewhere);
-    return { section: note, bindTranscript() {} };
+    return { section: note, bindTranscript() {}, showPick() {} };
   }
   const original = data.tracks.find((track) => track.role === "original") || null;
   const translation = data.tracks.find((track) => track.role === "translation") || null;
   const tracks = [original, translation].filter(Boolean);
   const preferred = translation || original;
-  const pick = picked.get(pipelineId);
-  const start = Math.max(
-    0,
-    data.media.findIndex((item) => pick && item.task_id === pick.task_id && item.role === pick.role),
-  );
-  const state = { media: mediaElement(data.media[start], tracks, preferred), onMedia: [] };
+  const pickedIndex = () => {
+    const pick = picked.get(pipelineId);
+    return data.media.findIndex(
+      (item) => pick && item.task_id === pick.task_id && item.role === pick.role,
+    );
+  };
+  const start = Math.max(0, pickedIndex());
+  const state = { media: mediaElement(data.media[start], tracks, preferred), onMedia: [], at: start };
   const picker =
     data.media.length > 1
       ? h(
@@ -224,7 +226,8 @@ export async function playerBlock(tasks, { hasTranscript = false } = {}) {
   if (picker.tagName === "SELECT") {
     picker.value = String(start);
     picker.addEventListener("change", () => {
-      const item = data.media[Number(picker.value)];
+      state.at = Number(picker.value);
+      const item = data.media[state.at];
       picked.set(pipelineId, { task_id: item.task_id, role: item.role });
       switchMedia(state, item, tracks, preferred);
     });
@@ -257,6 +260,17 @@ export async function playerBlock(tasks, { hasTranscript = false } = {}) {
   }
   return {
     section,
+    /**
+     * Show what was picked since this player was made: the view builds it, then waits for
+     * other reads before it replaces the old player, and a pick can land on the old one then.
+     */
+    showPick() {
+      const i = pickedIndex();
+      if (i < 0 || i === state.at || picker.tagName !== "SELECT") return;
+      state.at = i;
+      picker.value = String(i);
+      switchMedia(state, data.media[i], tracks, preferred);
+    },
     bindTranscript(list) {
       list.classList.add("seekable");
       for (const li of list.querySelectorAll("[data-start]")) li.title = t("player.seek_hint");

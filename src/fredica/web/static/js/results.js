@@ -180,11 +180,13 @@ function analysisSection(analysis) {
 
 /**
  * Fill `box` with the results of `tasks` (full task rows with results). Returns false (and
- * hides the box) when the pipeline has nothing to show yet.
+ * hides the box) when the pipeline has nothing to show yet, or leaves the box as it is when
+ * `current()` says a newer draw has started while this one was reading.
  */
-export async function renderResults(box, title, tasks) {
+export async function renderResults(box, title, tasks, { current = () => true } = {}) {
   const { transcript, analysis, vision } = findResults(tasks);
   const player = await playerBlock(tasks, { hasTranscript: Boolean(transcript) });
+  if (!current()) return false;
   if (!transcript && !analysis && !player && !vision.length) {
     box.hidden = true;
     return false;
@@ -223,6 +225,8 @@ export async function renderResults(box, title, tasks) {
   if (player && transcriptBlock) {
     player.bindTranscript(transcriptBlock.querySelector(".transcript"));
   }
+  if (!current()) return false;
+  player?.showPick(); // a pick made on the old player while this view was being read
   clear(box);
   box.hidden = false;
   put(
