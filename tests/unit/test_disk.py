@@ -166,3 +166,26 @@ def test_state_says_what_is_held_and_why(tmp_path: Path) -> None:
     assert state["free_bytes"] == 5 * GIB and state["min_free_bytes"] == 20 * GIB
     assert set(state["held_types"]) == {"DOWNLOAD_VIDEO", "EXTRACT_AUDIO"}
     assert state["disk_types"] == ["DOWNLOAD_VIDEO", "EXTRACT_AUDIO"]
+
+
+def test_state_never_counts_a_hand_back_without_showing_its_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hand-back runs on a worker thread while `GET /api/v1/status` reads the state: the
+    count it shows is never ahead of the holds it shows."""
+    gate, _, _ = make_gate(tmp_path, 100 * GIB)
+    held = gate.held
+
+    def held_then_a_hand_back(types: list[str]) -> dict[str, str]:
+        out = held(types)
+        # a hand-back lands on another thread just after the holds were read
+        assert gate.shortfall(task("DOWNLOAD_VIDEO", {"estimatedOutputBytes": 90 * GIB}))
+        return out
+
+    monkeypatch.setattr(gate, "held", held_then_a_hand_back)
+    state = gate.state()
+    assert state["handed_back"] == 0 and state["held_types"] == {}
+    # the next read shows both
+    monkeypatch.setattr(gate, "held", held)
+    state = gate.state()
+    assert state["handed_back"] == 1 and set(state["held_types"]) == {"DOWNLOAD_VIDEO"}

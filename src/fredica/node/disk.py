@@ -293,6 +293,11 @@ class DiskGate:
 
     def state(self) -> dict[str, Any]:
         """What `GET /api/v1/status` shows under `disk`."""
+        # The count first: a hand-back adds its hold in the same locked step that counts it,
+        # so a count read before the holds is never ahead of them (one running on a thread
+        # between the two reads would otherwise show a hand-back without its hold).
+        with self._lock:
+            released = self.released
         free, total = self.usage()
         held = self.held(sorted(self.disk_types))
         return {
@@ -303,7 +308,7 @@ class DiskGate:
             "low": bool(held),
             "disk_types": sorted(self.disk_types),
             "held_types": held,
-            "handed_back": self.released,
+            "handed_back": released,
         }
 
 
