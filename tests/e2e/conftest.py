@@ -56,6 +56,32 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name, or None if there is no such pid."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is `pid` now."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat(int(entry.name))
+            if fields is not None and fields[1] == str(pid):
+                found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie waiting to be reaped does not)."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
 @dataclass
 class ServedNode:
     data_dir: Path
@@ -105,9 +131,16 @@ class ServedNode:
         return self
 
     def kill9(self) -> None:
+        """SIGKILL the node, and wait for its children too (the store's process dies with it
+        on the parent-death signal, a moment later: until then it may still commit)."""
         assert self.proc is not None
+        children = child_pids(self.proc.pid)
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
+        deadline = time.monotonic() + 10
+        while any(alive(pid) for pid in children):
+            assert time.monotonic() < deadline, f"children {children} outlived the node"
+            time.sleep(0.01)
 
     def terminate(self) -> int:
         assert self.proc is not None

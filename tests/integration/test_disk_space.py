@@ -102,13 +102,15 @@ async def test_a_task_whose_estimate_does_not_fit_goes_back_without_a_retry(
         body = {"template": "custom", "tasks": [download_task(source, estimatedOutputBytes=10**18)]}
         pid = await pipeline(client, body)
 
-        async def handed_back() -> Any:
-            status = (await client.get("/api/v1/status")).json()
-            return status if status["disk"]["handed_back"] else None
+        async def went_back() -> Any:
+            dl = (await tasks_by_type(client, pid))["DOWNLOAD_VIDEO"]
+            return dl if dl["status"] == "pending" and dl["attempt"] == 1 else None
 
-        status = await handed_back() or await wait_for(handed_back)
+        # (the node counts and holds a hand-back before the store has put the task back)
+        dl = await wait_for(went_back)
+        status = (await client.get("/api/v1/status")).json()
+        assert status["disk"]["handed_back"] == 1
         # Then it was claimed, found too big before anything was written, and went back
-        dl = (await tasks_by_type(client, pid))["DOWNLOAD_VIDEO"]
         assert (dl["status"], dl["retry_count"], dl["excluded_nodes"]) == ("pending", 0, [])
         events = (await client.get(f"/api/v1/tasks/{dl['id']}")).json()["events"]
         released = [e for e in events if e["event_type"] == "released"]
