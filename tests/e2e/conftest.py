@@ -56,7 +56,7 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
-def _stat(pid: int) -> list[str] | None:
+def proc_stat(pid: int) -> list[str] | None:
     """The fields of /proc/PID/stat after the command name, or None if there is no such pid."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
@@ -70,7 +70,7 @@ def child_pids(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            fields = _stat(int(entry.name))
+            fields = proc_stat(int(entry.name))
             if fields is not None and fields[1] == str(pid):
                 found.append(int(entry.name))
     return found
@@ -78,7 +78,7 @@ def child_pids(pid: int) -> list[int]:
 
 def alive(pid: int) -> bool:
     """Whether `pid` still runs (a zombie waiting to be reaped does not)."""
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     return fields is not None and fields[0] not in ("Z", "X")
 
 

@@ -18,24 +18,14 @@ import pytest
 
 from fredica.cli.demo import free_port
 
-from .conftest import FAST_CONFIG, ServedNode, wait_until
+from .conftest import FAST_CONFIG, ServedNode, alive, proc_stat, wait_until
 
 pytestmark = pytest.mark.slow
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def stopped(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
-    except OSError:
-        return False
+    fields = proc_stat(pid)
+    return fields is not None and fields[0] == "T"
 
 
 def create(node: ServedNode, tasks: list[dict[str, Any]]) -> dict[str, str]:

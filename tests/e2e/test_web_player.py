@@ -142,6 +142,14 @@ def test_the_source_and_the_spoken_audio_can_be_picked(
     _close(page)
 
 
+def shows_the_picked_source(page: Any) -> None:
+    """The player shows the source (the third item) with the German captions on."""
+    media = page.locator("video#player-media")
+    assert media.get_attribute("data-role") == "source"
+    assert media.locator("track[default]").get_attribute("srclang") == "de"
+    assert page.locator("#player-pick").input_value() == "2"
+
+
 def test_a_pick_in_the_player_survives_the_view_being_drawn_again(
     chromium: Any, node: ServedNode, dubbed: dict[str, Any]
 ) -> None:
@@ -162,10 +170,7 @@ def test_a_pick_in_the_player_survives_the_view_being_drawn_again(
     expect(page.locator("#conn")).to_have_attribute("data-state", "live", timeout=WAIT_MS)
     page.wait_for_function(f"() => {MEDIA} && !{MEDIA}.dataset.drawn", timeout=WAIT_MS)
     # Then the new player shows the source with the German captions on, as picked
-    media = page.locator("video#player-media")
-    assert media.get_attribute("data-role") == "source"
-    assert media.locator("track[default]").get_attribute("srclang") == "de"
-    assert page.locator("#player-pick").input_value() == "2"
+    shows_the_picked_source(page)
     context.close()
 
 
@@ -209,10 +214,7 @@ def test_a_pick_made_while_the_view_is_being_drawn_again_is_kept(
     # Then the new player shows the source with the German captions on
     drawn = "() => { const p = document.querySelector('#player'); return p && !p.dataset.drawn }"
     page.wait_for_function(drawn, timeout=WAIT_MS)
-    media = page.locator("video#player-media")
-    assert media.get_attribute("data-role") == "source"
-    assert media.locator("track[default]").get_attribute("srclang") == "de"
-    assert page.locator("#player-pick").input_value() == "2"
+    shows_the_picked_source(page)
     context.close()
 
 
