@@ -265,9 +265,17 @@ class Pipeline:
     created_at: float
     updated_at: float
     completed_at: float | None
+    #: every move of the pipeline to another owner, oldest first: {owner, epoch, previous,
+    #: how ("handoff" or "takeover"), at (the new owner's clock)}
+    owner_history: tuple[JSON, ...] = ()
 
     def to_json(self) -> JSON:
         return _slots_json(self)
+
+    @property
+    def owner_since(self) -> float:
+        """When the current owner got the pipeline (its creation if it never moved)."""
+        return float(self.owner_history[-1]["at"]) if self.owner_history else self.created_at
 
     @property
     def title(self) -> str:

@@ -35,8 +35,11 @@ def task_from_json(d: JSON) -> Task:
 
 def pipeline_from_json(d: JSON) -> Pipeline:
     """The pipeline `Pipeline.to_json` described."""
-    values: dict[str, Any] = {name: d[name] for name in Pipeline.__slots__}
+    values: dict[str, Any] = {
+        name: d[name] for name in Pipeline.__slots__ if name != "owner_history"
+    }
     values["status"] = PipelineStatus(values["status"])
+    values["owner_history"] = tuple(d.get("owner_history") or ())
     return Pipeline(**values)
 
 

@@ -266,6 +266,16 @@ class ChangeBatch:
 
 
 @dataclass(frozen=True, slots=True)
+class Transfer:
+    """A pipeline moving to another owner (DESIGN §4.11): its row, its tasks and, from a
+    hand-off, their events (a takeover from a replica has none)."""
+
+    pipeline: Pipeline
+    tasks: tuple[Task, ...]
+    events: tuple[TaskEvent, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class OutboxItem:
     """A result this node computed for a task another node owns, not yet acknowledged by that
     owner (seed 001 §7.4). `kind` is `complete` or `fail`; `body` is the report as sent."""
@@ -679,6 +689,38 @@ class TaskStore(ABC):
     async def digest(self, owner_id: str, replica: bool) -> str:
         """sha256 of `owner_id`'s rows as (id, change_seq): its own rows (`replica=False`, on
         the owner) or their replica here; equal when the replica is up to date."""
+
+    # ownership that moves (DESIGN §4.11; the home cluster: PostgreSQL owns every row itself)
+    @abstractmethod
+    async def export_pipeline(self, pipeline_id: str) -> Transfer:
+        """One of this store's own pipelines whole: row, tasks and events (`NotFound`)."""
+
+    @abstractmethod
+    async def replica_transfer(self, pipeline_id: str) -> Transfer:
+        """A pipeline this store holds a replica of, as a transfer (`NotFound`)."""
+
+    @abstractmethod
+    async def adopt_pipeline(self, transfer: Transfer, epoch: int, move: JSON) -> bool:
+        """Make the pipeline of `transfer` this store's own at owner `epoch`, atomically:
+        the rows rebuilt with this node as owner, a new change sequence, running work counted
+        as heard from now, the replica of it dropped, `move` (previous owner, how) appended to
+        its `owner_history`. False, with nothing written, if this store already owns it at
+        `epoch` or a newer one."""
+
+    @abstractmethod
+    async def demote_pipeline(self, transfer: Transfer) -> list[str]:
+        """The pipeline of `transfer` belongs to its newer owner: drop this store's own rows
+        of it (the replicas of them drop them too) and hold the new owner's as a replica.
+        Returns the task ids demoted ([] unless this store owned it at an older epoch)."""
+
+    @abstractmethod
+    async def moved_away(self, created_by: str) -> list[tuple[str, str, int]]:
+        """(pipeline id, owner, epoch) of pipelines `created_by` created that another node
+        owns now, from this store's own rows and its replicas."""
+
+    @abstractmethod
+    async def outbox_readdress(self, task_ids: Sequence[str], owner_id: str) -> int:
+        """Results waiting for these tasks' old owner go to `owner_id` now; returns how many."""
 
     @abstractmethod
     async def forgive_silence(self) -> int:

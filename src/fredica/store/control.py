@@ -17,7 +17,7 @@ from fredica.domain.models import (
     Task,
     TaskStatus,
 )
-from fredica.store import schema
+from fredica.store import peering, schema
 from fredica.store.base import CancelOutcome, Liveness, MonitorReport, RecoveryReport
 from fredica.store.rows import PIPELINE_COLUMNS, TASK_COLUMNS, Row, dumps, row_to_pipeline
 from fredica.store.rows import row_to_task as to_task
@@ -235,27 +235,7 @@ def delete_pipeline(tx: Tx, pipeline_id: str) -> list[str]:
             f"pipeline {pipeline_id} has {active} active task{'s' if active != 1 else ''}; "
             "cancel it and wait until they end before deleting it"
         )
-    in_pipeline = "SELECT id FROM task WHERE pipeline_id = ?"
-    # events are indexed by their task's insertion order: name it, or every event is read
-    tx.q(
-        "DELETE FROM task_event WHERE task_ord IN (SELECT ord FROM task WHERE pipeline_id = ?) "
-        f"AND task_id IN ({in_pipeline})",
-        (pipeline_id, pipeline_id),
-    )
-    tx.q(f"DELETE FROM task_dep WHERE task_id IN ({in_pipeline})", (pipeline_id,))
-    tx.q(f"DELETE FROM task_dep WHERE parent_id IN ({in_pipeline})", (pipeline_id,))
-    owner = tx.q("SELECT owner_id FROM pipeline_instance WHERE id = ?", (pipeline_id,)).fetchone()[
-        "owner_id"
-    ]
-    tx.q("DELETE FROM task WHERE pipeline_id = ?", (pipeline_id,))
-    tx.q("DELETE FROM pipeline_instance WHERE id = ?", (pipeline_id,))
-    # tombstones: the replicas of these rows on other nodes drop them too
-    tx.qmany(
-        "INSERT INTO deleted_row (kind, id, owner_id, change_seq) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (kind, id) DO UPDATE SET change_seq = excluded.change_seq",
-        [("pipeline", pipeline_id, owner, tx.seq)]
-        + [("task", r["id"], owner, tx.seq) for r in rows],
-    )
+    peering.remove_pipeline_rows(tx, pipeline_id)
     return [r["id"] for r in rows]
 
 

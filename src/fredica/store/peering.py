@@ -13,14 +13,26 @@ transaction or connection; `sql.SqlTaskStore` runs them.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from fredica.domain.models import JSON, Pipeline, Task
+from fredica.domain import errors
+from fredica.domain.models import JSON, Pipeline, Task, TaskEvent, TaskStatus
 from fredica.domain.wire import pipeline_from_json, task_from_json
-from fredica.store.base import ChangeBatch, OutboxItem
-from fredica.store.rows import Conn
+from fredica.store.base import ChangeBatch, OutboxItem, Transfer
+from fredica.store.rows import (
+    PIPELINE_COLUMNS,
+    TASK_COLUMNS,
+    TASK_FIELDS,
+    Conn,
+    dumps,
+    row_to_pipeline,
+    row_to_task,
+    task_to_values,
+)
 from fredica.store.tx import Tx
 
 OUTBOX_COLUMNS = "id, owner_id, task_id, attempt, kind, body, created_at, tries, last_error"
@@ -67,42 +79,23 @@ def outbox_tried(tx: Tx, item_id: int, error: str) -> None:
     )
 
 
+def outbox_readdress(tx: Tx, task_ids: Sequence[str], owner_id: str) -> int:
+    moved = 0
+    for chunk in _chunks(list(task_ids)):
+        marks = ",".join("?" for _ in chunk)
+        cursor = tx.q(
+            f"UPDATE outbox SET owner_id = ? WHERE node_id = ? AND task_id IN ({marks})",
+            (owner_id, tx.node_id, *chunk),
+        )
+        moved += max(0, cursor.rowcount)
+    return moved
+
+
 # --- replicas ---------------------------------------------------------------------------------
 def apply_replica(tx: Tx, owner_id: str, batch: ChangeBatch) -> int:
     """Merge one batch of `owner_id`'s changes (rows of other owners are refused by the
     caller); returns how many rows were newer than the replica. Atomic with the cursor."""
-    applied = 0
-    for task in batch.tasks:
-        applied += _upsert(
-            tx,
-            "replica_task",
-            "id, owner_id, change_seq, pipeline_id, status, created_at, data",
-            (
-                task.id,
-                owner_id,
-                task.change_seq,
-                task.pipeline_id,
-                task.status.value,
-                task.created_at,
-                json.dumps(task.to_json()),
-            ),
-            "pipeline_id = excluded.pipeline_id, ",
-        )
-    for pipeline in batch.pipelines:
-        applied += _upsert(
-            tx,
-            "replica_pipeline",
-            "id, owner_id, change_seq, status, created_at, data",
-            (
-                pipeline.id,
-                owner_id,
-                pipeline.change_seq,
-                pipeline.status.value,
-                pipeline.created_at,
-                json.dumps(pipeline.to_json()),
-            ),
-            "",
-        )
+    applied = apply_rows(tx, owner_id, batch.tasks, batch.pipelines)
     for kind, row_id in batch.deleted:
         table = "replica_task" if kind == "task" else "replica_pipeline"
         cursor = tx.q(f"DELETE FROM {table} WHERE id = ? AND owner_id = ?", (row_id, owner_id))
@@ -117,13 +110,59 @@ def apply_replica(tx: Tx, owner_id: str, batch: ChangeBatch) -> int:
     return applied
 
 
+def apply_rows(tx: Tx, owner_id: str, tasks: Sequence[Task], pipelines: Sequence[Pipeline]) -> int:
+    """Upsert replica rows of `owner_id` (see `_upsert`); returns how many were newer."""
+    applied = 0
+    for task in tasks:
+        applied += _upsert(
+            tx,
+            "replica_task",
+            "id, owner_id, owner_epoch, change_seq, pipeline_id, status, created_at, data",
+            (
+                task.id,
+                owner_id,
+                task.owner_epoch,
+                task.change_seq,
+                task.pipeline_id,
+                task.status.value,
+                task.created_at,
+                json.dumps(task.to_json()),
+            ),
+            "pipeline_id = excluded.pipeline_id, ",
+        )
+    for pipeline in pipelines:
+        applied += _upsert(
+            tx,
+            "replica_pipeline",
+            "id, owner_id, owner_epoch, change_seq, status, created_at, data",
+            (
+                pipeline.id,
+                owner_id,
+                pipeline.owner_epoch,
+                pipeline.change_seq,
+                pipeline.status.value,
+                pipeline.created_at,
+                json.dumps(pipeline.to_json()),
+            ),
+            "",
+        )
+    return applied
+
+
 def _upsert(tx: Tx, table: str, columns: str, values: tuple[Any, ...], extra: str) -> int:
+    """Insert or replace a replica row. A row of a newer owner epoch replaces the one held
+    whatever their change sequences (each owner numbers its own changes); within one epoch
+    (one owner) the newer change wins. So a returning old owner's rows never replace its
+    successor's."""
     marks = ", ".join("?" for _ in values)
     cursor = tx.q(
         f"INSERT INTO {table} ({columns}) VALUES ({marks}) ON CONFLICT (id) DO UPDATE SET "
-        f"owner_id = excluded.owner_id, change_seq = excluded.change_seq, {extra}"
+        "owner_id = excluded.owner_id, owner_epoch = excluded.owner_epoch, "
+        f"change_seq = excluded.change_seq, {extra}"
         "status = excluded.status, created_at = excluded.created_at, data = excluded.data "
-        f"WHERE excluded.change_seq > {table}.change_seq",
+        f"WHERE excluded.owner_epoch > {table}.owner_epoch OR "
+        f"(excluded.owner_epoch = {table}.owner_epoch AND "
+        f"excluded.change_seq > {table}.change_seq)",
         values,
     )
     return max(0, cursor.rowcount)
@@ -186,6 +225,225 @@ def _filters(pipeline_id: str | None, statuses: list[str]) -> tuple[str, list[An
         clauses.append(f"status IN ({', '.join('?' for _ in statuses)})")
         params += statuses
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+# --- ownership that moves (DESIGN §4.11) --------------------------------------------------------
+def export_pipeline(conn: Conn, pipeline_id: str) -> Transfer:
+    """A pipeline this store owns, whole: its row, its tasks and their events (a hand-off)."""
+    row = conn.execute(
+        f"SELECT {PIPELINE_COLUMNS} FROM pipeline_instance WHERE id = ?", (pipeline_id,)
+    ).fetchone()
+    if row is None:
+        raise errors.NotFound(f"pipeline {pipeline_id} not found")
+    tasks = [
+        row_to_task(r)
+        for r in conn.execute(
+            f"SELECT {TASK_COLUMNS} FROM task WHERE pipeline_id = ? ORDER BY ord", (pipeline_id,)
+        )
+    ]
+    events = [
+        TaskEvent(
+            str(r["id"]),
+            r["task_id"],
+            r["node_id"],
+            r["event_type"],
+            r["message"],
+            r["occurred_at"],
+        )
+        for r in conn.execute(
+            "SELECT e.id, e.task_id, e.node_id, e.event_type, e.message, e.occurred_at "
+            "FROM task JOIN task_event e ON e.task_ord = task.ord AND e.task_id = task.id "
+            "WHERE task.pipeline_id = ? ORDER BY e.occurred_at, e.id",
+            (pipeline_id,),
+        )
+    ]
+    return Transfer(row_to_pipeline(row), tuple(tasks), tuple(events))
+
+
+def replica_transfer(conn: Conn, pipeline_id: str) -> Transfer:
+    """A pipeline this node holds a replica of, as a transfer (a takeover: no events)."""
+    pipeline = replica_pipeline(conn, pipeline_id)
+    if pipeline is None:
+        raise errors.NotFound(f"no replica of pipeline {pipeline_id}")
+    tasks = replica_tasks(conn, pipeline_id, [], 1_000_000, 0)
+    return Transfer(pipeline, tuple(tasks), ())
+
+
+def adopt(tx: Tx, transfer: Transfer, epoch: int, move: JSON) -> bool:
+    """Make `transfer`'s pipeline this store's own at `epoch` (one transaction): its rows
+    with `owner_id` this node, a new change sequence, the dependency edges and counters
+    rebuilt, running work counted as heard from now (its claimers could not reach the old
+    owner). The replica of it is dropped. False (and nothing written) when this store already
+    holds the pipeline at `epoch` or a newer one: an adoption repeated is harmless."""
+    pipeline = transfer.pipeline
+    held = tx.q("SELECT owner_epoch FROM pipeline_instance WHERE id = ?", (pipeline.id,)).fetchone()
+    if held is not None:
+        if int(held["owner_epoch"]) >= epoch:
+            return False
+        remove_pipeline_rows(tx, pipeline.id, tombstones=False)
+    owner = tx.node_id
+    history = [*pipeline.owner_history, {**move, "owner": owner, "epoch": epoch, "at": tx.now}]
+    tx.q(
+        "INSERT INTO pipeline_instance (id, material_id, template, status, params, "
+        "cancel_requested, detected_language, created_by, owner_id, owner_epoch, publisher_id, "
+        "change_seq, created_at, updated_at, completed_at, owner_history) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            pipeline.id,
+            pipeline.material_id,
+            pipeline.template,
+            pipeline.status.value,
+            dumps(pipeline.params),
+            int(pipeline.cancel_requested),
+            pipeline.detected_language,
+            pipeline.created_by,
+            owner,
+            epoch,
+            pipeline.publisher_id,
+            tx.seq,
+            pipeline.created_at,
+            tx.now,
+            pipeline.completed_at,
+            dumps(history),
+        ),
+    )
+    status_of = {t.id: t.status for t in transfer.tasks}
+    rows = []
+    for task in transfer.tasks:
+        unmet = sum(
+            1 for p in task.depends_on if p in status_of and not status_of[p].satisfies_dependency
+        )
+        alive = task.status in (TaskStatus.CLAIMED, TaskStatus.RUNNING, TaskStatus.STALE)
+        moved = dataclasses.replace(
+            task,
+            owner_id=owner,
+            owner_epoch=epoch,
+            change_seq=tx.seq,
+            heartbeat_at=tx.now if alive else task.heartbeat_at,
+        )
+        rows.append((*task_to_values(moved), unmet))
+    ords = _insert_whole(tx, rows)
+    edges = [(p, t.id) for t in transfer.tasks for p in t.depends_on if p in status_of]
+    if edges:
+        tx.qmany("INSERT INTO task_dep (parent_id, task_id) VALUES (?, ?)", edges)
+    events = [
+        (e.task_id, ords[e.task_id], e.event_type, e.message, e.occurred_at, e.node_id)
+        for e in transfer.events
+        if e.task_id in ords
+    ]
+    if events:
+        tx.qmany(
+            "INSERT INTO task_event (task_id, task_ord, event_type, message, occurred_at, "
+            "node_id) VALUES (?, ?, ?, ?, ?, ?)",
+            events,
+        )
+    note = f"owner {move.get('previous')} -> {owner} (epoch {epoch}, {move.get('how')})"
+    tx.events_of([(t.id, ords[t.id], "owner_changed", note, None) for t in transfer.tasks])
+    ids = [pipeline.id] + [t.id for t in transfer.tasks]
+    for chunk in _chunks(ids):
+        marks = ",".join("?" for _ in chunk)
+        tx.q(f"DELETE FROM replica_task WHERE id IN ({marks})", chunk)
+        tx.q(f"DELETE FROM replica_pipeline WHERE id IN ({marks})", chunk)
+        tx.q(f"DELETE FROM deleted_row WHERE id IN ({marks})", chunk)
+    tx.recount(pipeline.id)
+    tx.ready = True
+    return True
+
+
+def _insert_whole(tx: Tx, rows: list[tuple[Any, ...]]) -> dict[str, int]:
+    """Insert whole task rows (`TASK_COLUMNS` values, then `unmet_deps`); returns each task's
+    insertion order (`ord`), numbered by the database where it numbers them."""
+    head = f"INSERT INTO task ({TASK_COLUMNS}, unmet_deps"
+    marks = ", ".join("?" for _ in range(len(TASK_FIELDS) + 1))
+    ids = [r[0] for r in rows]
+    if tx.dialect.numbers_task_ord:
+        tx.values(f"{head})", f"({marks})", rows)
+        ords: dict[str, int] = {}
+        for chunk in _chunks(ids):
+            ords.update(
+                tx.tuples(
+                    f"SELECT id, ord FROM task WHERE id IN ({','.join('?' for _ in chunk)})",
+                    chunk,
+                )
+            )
+        return ords
+    base = tx.tuples("SELECT COALESCE(MAX(ord), 0) FROM task")[0][0]
+    numbered = {task_id: base + 1 + n for n, task_id in enumerate(ids)}
+    tx.values(f"{head}, ord)", f"({marks}, ?)", [(*r, numbered[r[0]]) for r in rows])
+    return numbered
+
+
+def remove_pipeline_rows(tx: Tx, pipeline_id: str, tombstones: bool = True) -> list[str]:
+    """Delete a pipeline with its tasks, their events and dependency edges; with
+    `tombstones`, the replicas of these rows on other nodes drop them too. Returns the ids of
+    the tasks removed."""
+    owner_row = tx.q(
+        "SELECT owner_id FROM pipeline_instance WHERE id = ?", (pipeline_id,)
+    ).fetchone()
+    task_ids = [
+        r[0] for r in tx.tuples("SELECT id FROM task WHERE pipeline_id = ?", (pipeline_id,))
+    ]
+    in_pipeline = "SELECT id FROM task WHERE pipeline_id = ?"
+    # events are indexed by their task's insertion order: name it, or every event is read
+    tx.q(
+        "DELETE FROM task_event WHERE task_ord IN (SELECT ord FROM task WHERE pipeline_id = ?) "
+        f"AND task_id IN ({in_pipeline})",
+        (pipeline_id, pipeline_id),
+    )
+    tx.q(f"DELETE FROM task_dep WHERE task_id IN ({in_pipeline})", (pipeline_id,))
+    tx.q(f"DELETE FROM task_dep WHERE parent_id IN ({in_pipeline})", (pipeline_id,))
+    tx.q("DELETE FROM task WHERE pipeline_id = ?", (pipeline_id,))
+    tx.q("DELETE FROM pipeline_instance WHERE id = ?", (pipeline_id,))
+    if tombstones and owner_row is not None:
+        owner = owner_row["owner_id"]
+        tx.qmany(
+            "INSERT INTO deleted_row (kind, id, owner_id, change_seq) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (kind, id) DO UPDATE SET change_seq = excluded.change_seq, "
+            "owner_id = excluded.owner_id",
+            [("pipeline", pipeline_id, owner, tx.seq)]
+            + [("task", task_id, owner, tx.seq) for task_id in task_ids],
+        )
+    else:
+        tx.mark_changed()
+    return task_ids
+
+
+def demote(tx: Tx, transfer: Transfer) -> list[str]:
+    """This store's pipeline now belongs to the owner of `transfer` (its newer epoch): the
+    own rows go (the replicas of this node's feed drop them), and the new owner's rows are
+    held as a replica until its own feed brings newer ones. Returns the task ids demoted; []
+    when this store does not own the pipeline at an older epoch."""
+    pipeline = transfer.pipeline
+    held = tx.q("SELECT owner_epoch FROM pipeline_instance WHERE id = ?", (pipeline.id,)).fetchone()
+    if held is None or int(held["owner_epoch"]) >= pipeline.owner_epoch:
+        return []
+    task_ids = remove_pipeline_rows(tx, pipeline.id)
+    apply_rows(tx, pipeline.owner_id, transfer.tasks, (pipeline,))
+    return task_ids
+
+
+def moved_away(conn: Conn, created_by: str) -> list[tuple[str, str, int]]:
+    """(pipeline id, owner, epoch) of the pipelines `created_by` created that another node
+    owns now, as far as this node knows (its own rows and its replicas)."""
+    out = [
+        (r["id"], r["owner_id"], int(r["owner_epoch"]))
+        for r in conn.execute(
+            "SELECT id, owner_id, owner_epoch FROM pipeline_instance "
+            "WHERE created_by = ? AND owner_id <> ?",
+            (created_by, created_by),
+        )
+    ]
+    for r in conn.execute(
+        "SELECT id, owner_id, owner_epoch, data FROM replica_pipeline WHERE owner_id <> ?",
+        (created_by,),
+    ):
+        if json.loads(r["data"]).get("created_by") == created_by:
+            out.append((r["id"], r["owner_id"], int(r["owner_epoch"])))
+    return sorted(set(out))
+
+
+def _chunks(ids: list[str], size: int = 500) -> list[list[str]]:
+    return [ids[i : i + size] for i in range(0, len(ids), size)]
 
 
 # --- digests ------------------------------------------------------------------------------------

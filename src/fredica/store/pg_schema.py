@@ -8,7 +8,7 @@ no counter row every writer would queue on, and `ord` columns keep insertion ord
 
 from __future__ import annotations
 
-from fredica.store.schema import ACTIVE_SQL
+from fredica.store.schema import ACTIVE_SQL, OWNERSHIP_MIGRATION
 
 MIGRATIONS: list[str] = [
     # 1: the schema of SQLite migrations 1 and 2
@@ -228,6 +228,8 @@ CREATE TABLE replica_cursor (
     pulled_at DOUBLE PRECISION NOT NULL
 );
 """,
+    # 4: SQLite migration 5 (ownership that moves)
+    OWNERSHIP_MIGRATION,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

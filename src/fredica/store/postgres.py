@@ -28,8 +28,9 @@ from psycopg.rows import dict_row, tuple_row
 
 from fredica.domain import errors
 from fredica.domain.clock import Clock
+from fredica.domain.models import JSON
 from fredica.store import pg_schema
-from fredica.store.base import Signal
+from fredica.store.base import Signal, Transfer
 from fredica.store.rows import Conn, Cursor, Dialect
 from fredica.store.sql import SQLStore
 from fredica.store.sqlite import split_sql
@@ -110,6 +111,12 @@ def describe_url(url: str) -> str:
     return f"{user}{host}:{port}/{info.get('dbname') or ''}"
 
 
+_NO_MOVES = (
+    "pipelines do not change owner on PostgreSQL: the database owns every row, and a node that "
+    "sleeps holds nothing the others wait for"
+)
+
+
 class PostgresTaskStore(SQLStore):
     """The owner-store contract on a shared PostgreSQL database (see the module docstring)."""
 
@@ -165,6 +172,12 @@ class PostgresTaskStore(SQLStore):
 
     def _own(self) -> tuple[str, tuple[Any, ...]]:
         return "TRUE", ()  # the database is the owner of every row it holds
+
+    async def adopt_pipeline(self, transfer: Transfer, epoch: int, move: JSON) -> bool:
+        raise errors.InvalidRequest(_NO_MOVES)
+
+    async def demote_pipeline(self, transfer: Transfer) -> list[str]:
+        raise errors.InvalidRequest(_NO_MOVES)
 
     def _is_retryable(self, exc: BaseException) -> bool:
         if isinstance(exc, _RETRYABLE):

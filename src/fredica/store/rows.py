@@ -7,6 +7,7 @@ Both stores run the same SQL (`?` placeholders; the PostgreSQL connection rewrit
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -103,7 +104,7 @@ PIPELINE_COLUMNS = (
     "id, material_id, template, status, params, total_tasks, done_tasks, n_pending, n_claimed, "
     "n_running, n_stale, n_reclaimed, n_completed, n_failed, n_cancelled, n_skipped, "
     "cancel_requested, detected_language, created_by, owner_id, owner_epoch, publisher_id, "
-    "change_seq, created_at, updated_at, completed_at"
+    "change_seq, created_at, updated_at, completed_at, owner_history"
 )
 
 
@@ -127,6 +128,33 @@ def dumps(value: Any) -> str:
     if not value and isinstance(value, dict | list):
         return "{}" if isinstance(value, dict) else "[]"
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+_JSON_COLUMNS = frozenset({"depends_on", "payload", "excluded_nodes"})
+_FLAG_COLUMNS = frozenset({"is_paused", "is_pausable", "cancel_requested"})
+
+
+def task_to_values(task: Task) -> tuple[Any, ...]:
+    """A task as its row's values in `TASK_COLUMNS` order (the inverse of `task_from_values`):
+    for rows that move between stores whole (an ownership hand-off or takeover)."""
+    out: list[Any] = []
+    for name in TASK_FIELDS:
+        if name == "affinity_kind":
+            out.append(task.affinity.kind.value if task.affinity else None)
+        elif name == "affinity_node_id":
+            out.append(task.affinity.node_id if task.affinity else None)
+        else:
+            value = getattr(task, name)
+            if name in _JSON_COLUMNS:
+                value = dumps(value)
+            elif name == "result":
+                value = None if value is None else dumps(value)
+            elif name in _FLAG_COLUMNS:
+                value = int(bool(value))
+            elif isinstance(value, enum.Enum):
+                value = value.value
+            out.append(value)
+    return tuple(out)
 
 
 def row_to_task(row: Row) -> Task:
@@ -217,6 +245,7 @@ def row_to_pipeline(row: Row) -> Pipeline:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         completed_at=row["completed_at"],
+        owner_history=tuple(json_loads(row["owner_history"])),
     )
 
 

@@ -6,6 +6,13 @@ from __future__ import annotations
 
 ACTIVE_SQL = "('pending','claimed','running','stale','reclaimed')"
 
+#: shared with the PostgreSQL schema (the same statements run on both)
+OWNERSHIP_MIGRATION = """
+ALTER TABLE replica_task ADD COLUMN owner_epoch INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE replica_pipeline ADD COLUMN owner_epoch INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE pipeline_instance ADD COLUMN owner_history TEXT NOT NULL DEFAULT '[]';
+"""
+
 MIGRATIONS: list[str] = [
     # 1: the initial schema (seed 001 §5.1, seed 000, DESIGN §4)
     f"""
@@ -262,6 +269,10 @@ CREATE TABLE replica_cursor (
     pulled_at REAL NOT NULL
 );
 """,
+    # 5: ownership that moves (DESIGN §4.11): a replica row is replaced by a row of a newer
+    # owner epoch whatever its change sequence (two owners' sequences do not compare), and a
+    # pipeline keeps the history of its owners
+    OWNERSHIP_MIGRATION,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

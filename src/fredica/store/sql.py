@@ -58,6 +58,7 @@ from fredica.store.base import (
     SpawnHookLookup,
     StartItem,
     TaskStore,
+    Transfer,
     no_hooks,
 )
 from fredica.store.rows import (
@@ -719,6 +720,28 @@ class SQLStore(TaskStore):
 
     async def forgive_silence(self) -> int:
         return await self._work(peering.forgive_silence, None)
+
+    async def export_pipeline(self, pipeline_id: str) -> Transfer:
+        return await self._read(lambda conn: peering.export_pipeline(conn, pipeline_id))
+
+    async def replica_transfer(self, pipeline_id: str) -> Transfer:
+        return await self._read(lambda conn: peering.replica_transfer(conn, pipeline_id))
+
+    async def adopt_pipeline(self, transfer: Transfer, epoch: int, move: JSON) -> bool:
+        if epoch <= transfer.pipeline.owner_epoch:
+            raise errors.InvalidRequest(
+                f"epoch {epoch} is not newer than the pipeline's ({transfer.pipeline.owner_epoch})"
+            )
+        return await self._write(lambda tx: peering.adopt(tx, transfer, epoch, move))
+
+    async def demote_pipeline(self, transfer: Transfer) -> list[str]:
+        return await self._write(lambda tx: peering.demote(tx, transfer))
+
+    async def moved_away(self, created_by: str) -> list[tuple[str, str, int]]:
+        return await self._read(lambda conn: peering.moved_away(conn, created_by))
+
+    async def outbox_readdress(self, task_ids: Sequence[str], owner_id: str) -> int:
+        return await self._write(lambda tx: peering.outbox_readdress(tx, task_ids, owner_id))
 
     async def latest_cursor(self, owner_id: str | None = None) -> int:
         return await self._read(self._read_cursor_bound)
