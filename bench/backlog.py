@@ -129,7 +129,7 @@ def _plan(columns: Sequence[str]) -> Plan:
             plan.append((i, "material"))
         elif name == "depends_on":
             plan.append((i, "depends_on"))
-        elif name.endswith("_at"):
+        elif name.endswith("_at") or name == "ready_since":
             plan.append((i, "time"))
         elif name in ("ord", "task_ord"):
             plan.append((i, "ord"))

@@ -37,6 +37,7 @@ from bench import (
     fredica_runs,
     list_cost,
     peers,
+    pg_peers,
     pg_runs,
     pgserver,
     query_plans,
@@ -74,6 +75,8 @@ class Config:
     rounds: int = 3
     #: PostgreSQL store: node processes sharing one database (2 workers each)
     pg_nodes: tuple[int, ...] = (1, 2, 3)
+    #: worker processes of the PostgreSQL peers (procrastinate), 2 workers each
+    pg_peer_procs: tuple[int, ...] = (1, 3)
     noop_deadline_s: float = 90.0
     claim_sizes: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000)
     claims_per_size: int = 500
@@ -144,7 +147,18 @@ def noop_systems(
                 systems[f"{name}_w{w}"] = functools.partial(
                     _peer_noop, runner, n=n, workers=w, deadline=deadline
                 )
+    if cfg.peers and pg is not None:
+        for procs in cfg.pg_peer_procs:
+            systems[f"procrastinate_p{procs}"] = functools.partial(
+                _procrastinate_noop, pg, procs=procs, n=n, deadline=deadline
+            )
     return systems
+
+
+def _procrastinate_noop(
+    pg: pgserver.PgServer, work: Path, procs: int, n: int, deadline: float
+) -> dict[str, Any]:
+    return pg_peers.run_procrastinate(pg, work, n, procs, 2, deadline)
 
 
 def _fredica_noop(work: Path, n: int, size: int, workers: int, deadline: float) -> dict[str, Any]:

@@ -33,12 +33,15 @@ def bindir() -> Path | None:
 class PgServer:
     """A PostgreSQL cluster in a temp dir, listening on 127.0.0.1:`port`."""
 
-    def __init__(self, durable: bool = False) -> None:
+    def __init__(self, durable: bool = False, crash_safe: bool = False) -> None:
         found = bindir()
         if found is None:
             raise RuntimeError(f"PostgreSQL is not installed: {SETUP}")
         self.bindir = found
         self.durable = durable
+        # a crash of the server process (`stop_server("immediate")`) keeps every commit it
+        # acknowledged (synchronous_commit on), while fsync stays off (the OS keeps the WAL)
+        self.crash_safe = crash_safe
         self.root = Path(tempfile.mkdtemp(prefix="fredica-pg-"))
         self.datadir = self.root / "data"
         self.port = free_port()
@@ -57,12 +60,33 @@ class PgServer:
         if self._as_root:
             shutil.chown(self.root, "postgres", "postgres")
         self._run("initdb", "-D", str(self.datadir), "-A", "trust", "-U", "postgres", "-E", "UTF8")
+        self.start_server()
+
+    def start_server(self) -> None:
+        """Start the server on its data dir (again, after `stop_server`)."""
         options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1"
         options += " -c max_connections=300"
         if not self.durable:
-            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+            options += " -c fsync=off -c full_page_writes=off"
+            if not self.crash_safe:
+                options += " -c synchronous_commit=off"
         log = str(self.root / "server.log")
         self._run("pg_ctl", "-D", str(self.datadir), "-o", options, "-l", log, "-w", "start")
+
+    def stop_server(self, mode: str = "fast") -> None:
+        """Stop the server, keeping its data (`fast`: ends every session; `immediate`: a crash,
+        the next start recovers from the WAL). It refuses connections until `start_server`."""
+        self._run("pg_ctl", "-D", str(self.datadir), "-m", mode, "-w", "stop")
+
+    def terminate_backends(self, dbname: str) -> int:
+        """`pg_terminate_backend` every session on `dbname`; how many were ended."""
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                (dbname,),
+            ).fetchone()
+        return int(row[0]) if row else 0
 
     def url(self, dbname: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"

@@ -39,6 +39,8 @@ NOOP_KEYS = (
     "pg_n1",
     "pg_n2",
     "pg_n3",
+    "procrastinate_p1",
+    "procrastinate_p3",
 )
 #: no-op ratios (numerator, denominator): of the medians, and round by round
 NOOP_RATIOS = {
@@ -50,6 +52,8 @@ NOOP_RATIOS = {
     "pg_n3_vs_pg_n1": ("pg_n3", "pg_n1"),
     "pg_n1_vs_celery_w2": ("pg_n1", "celery_w2"),
     "pg_n1_vs_huey_w2": ("pg_n1", "huey_w2"),
+    "pg_n1_vs_procrastinate_p1": ("pg_n1", "procrastinate_p1"),
+    "pg_n3_vs_procrastinate_p3": ("pg_n3", "procrastinate_p3"),
 }
 #: the claim sizes of the issues: always keys (null when not run)
 CLAIM_LABELS = ("1k", "10k", "100k", "1M")
@@ -297,6 +301,8 @@ SYSTEM_NAMES = {
     "pg_n1": "fredica, PostgreSQL store, 1 node",
     "pg_n2": "fredica, PostgreSQL store, 2 nodes",
     "pg_n3": "fredica, PostgreSQL store, 3 nodes",
+    "procrastinate_p1": "procrastinate, 1 worker process (concurrency 2)",
+    "procrastinate_p3": "procrastinate, 3 worker processes (concurrency 2 each)",
 }
 #: the ratios of the rounds table, as it names them
 RATIO_NAMES = {
@@ -308,6 +314,8 @@ RATIO_NAMES = {
     "pg_n1_vs_huey_w2": "PostgreSQL 1 node / Huey w2",
     "pg_n1_vs_celery_w2": "PostgreSQL 1 node / Celery w2",
     "pg_n3_vs_pg_n1": "PostgreSQL 3 nodes / 1 node",
+    "pg_n1_vs_procrastinate_p1": "PostgreSQL 1 node / procrastinate 1 process",
+    "pg_n3_vs_procrastinate_p3": "PostgreSQL 3 nodes / procrastinate 3 processes",
 }
 
 
@@ -447,6 +455,10 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{_fmt(t['huey_w2'])} / Celery (2) {_fmt(t['celery_w2'])} | 1 node: "
         f"{_x(r['pg_n1_vs_huey_w2'])} / {_x(r['pg_n1_vs_celery_w2'])}; 3 nodes vs 1: "
         f"{_x(r['pg_n3_vs_pg_n1'])} | | |",
+        f"| no-op tasks/s, PostgreSQL store vs procrastinate, 1 / 3 processes (2 workers each) "
+        f"| {_fmt(t['pg_n1'])} / {_fmt(t['pg_n3'])} | procrastinate {_fmt(t['procrastinate_p1'])}"
+        f" / {_fmt(t['procrastinate_p3'])} | {_xr(doc, 'pg_n1_vs_procrastinate_p1')} / "
+        f"{_xr(doc, 'pg_n3_vs_procrastinate_p3')} | ≥ 2× | |",
         f"| claim + complete, PostgreSQL store, ms ({_sizes(doc['claim_pg_ms'])}) | "
         f"{_per_size(doc['claim_pg_ms'])} | | 1M/1k {_x(r['claim_pg_1m_vs_1k'])}; 100k/1k "
         f"{_x(r['claim_pg_100k_vs_1k'])} | | |",

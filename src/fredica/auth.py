@@ -8,16 +8,18 @@ re-read when worker.yaml changes, so `fredica token create` takes effect without
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import logging
 import secrets
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from fredica.config import schema as config
-from fredica.domain import errors
+from fredica.domain import errors, models
 from fredica.domain.clock import Clock
 
 logger = logging.getLogger(__name__)
@@ -78,6 +80,15 @@ class Authenticator:
                 return entry.permissions.max_cloud_cost_per_day_usd
         return None
 
+    def cloud_refusal(self, token_id: str, section: str) -> str | None:
+        """Why the token may not use cloud backends for a capability section (e.g.
+        'ai_analyze'), as the file says now; None when it may (or no such token)."""
+        self._reload_if_changed()
+        for entry in self._auth.access_tokens:
+            if entry.id == token_id:
+                return cloud_refusal(Publisher(entry.id, entry.name, entry.permissions), section)
+        return None
+
     def authenticate(self, header: str | None, query_token: str | None = None) -> Publisher:
         """The publisher behind a request, or Unauthorized naming what is wrong."""
         token = None
@@ -114,6 +125,42 @@ def check_cluster_secret(configured: str, given: str | None) -> None:
         raise Unauthorized(f"cluster requests need the {CLUSTER_SECRET_HEADER} header")
     if not hmac.compare_digest(configured.encode(), given.encode()):
         raise Unauthorized(f"wrong {CLUSTER_SECRET_HEADER}")
+
+
+def cloud_refusal(publisher: Publisher, section: str) -> str | None:
+    """Why `publisher` may not use cloud backends for `section`; None when it may."""
+    if publisher.permissions.allows_cloud(section):
+        return None
+    flag = (
+        f"allow_cloud_{section}"
+        if getattr(publisher.permissions, f"allow_cloud_{section}", None) is not None
+        else "allow_cloud"
+    )
+    return f"token {publisher.token_id} may not use cloud backends ({flag}: false)"
+
+
+def keep_local(
+    publisher: Publisher | None,
+    tasks: Sequence[models.NewTask],
+    section_of: Callable[[models.NewTask], str | None],
+) -> tuple[models.NewTask, ...]:
+    """The tasks of a token's pipeline with the token's cloud permission written into them:
+    a task whose function the token may not run in the cloud becomes `local_only`, so every
+    node that chooses its backend honours it (the token is known only here, on the owner). A
+    task that asks for `cloud_only` there is refused (Forbidden naming the limit)."""
+    if publisher is None:
+        return tuple(tasks)
+    out = []
+    for task in tasks:
+        section = section_of(task)
+        refusal = cloud_refusal(publisher, section) if section else None
+        if refusal is None or task.cloud_preference is models.CloudPreference.LOCAL_ONLY:
+            out.append(task)
+            continue
+        if task.cloud_preference is models.CloudPreference.CLOUD_ONLY:
+            raise Forbidden(f"{refusal}: task {task.type} asks for cloud_only")
+        out.append(dataclasses.replace(task, cloud_preference=models.CloudPreference.LOCAL_ONLY))
+    return tuple(out)
 
 
 def check_create(

@@ -166,3 +166,40 @@ def replicas_agree(cluster: Cluster, owner: str) -> bool:
     """Every started node's copy of `owner`'s rows hashes like the owner's own."""
     started = [n for n in cluster.nodes.values() if n.proc is not None and n.proc.poll() is None]
     return len({digest(node, owner) for node in started}) == 1
+
+
+@contextlib.contextmanager
+def pg_nodes(tmp_path: Path, config: str, url: str) -> Iterator[list[ServedNode]]:
+    """Nodes a, b, c (not started) whose worker.yaml is `config` with `{url}` = the store URL
+    of one PostgreSQL database. Every node still running at the end is killed."""
+    nodes = []
+    for name in "abc":
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(config.format(url=url))
+        nodes.append(
+            ServedNode(tmp_path / f"data-{name}", path, free_port(), tmp_path / f"{name}.log")
+        )
+    try:
+        yield nodes
+    finally:
+        for node in nodes:
+            if node.proc is not None and node.proc.poll() is None:
+                node.proc.kill()
+                node.proc.wait()
+
+
+def effect_pipeline(node: ServedNode, log: Path, count: int, seconds: float) -> str:
+    """Create on `node` one pipeline of `count` TEST_EFFECT tasks of `seconds` each, which log
+    their effects to `log` (created empty); returns its id."""
+    log.touch()
+    tasks = [
+        {
+            "ref": f"t{i}",
+            "type": "TEST_EFFECT",
+            "payload": {"effect_log": str(log), "seconds": seconds},
+        }
+        for i in range(count)
+    ]
+    return str(
+        post(node, "/api/v1/pipelines", {"template": "custom", "tasks": tasks})["pipeline_id"]
+    )

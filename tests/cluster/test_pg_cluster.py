@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from fredica.cli.demo import free_port
+from tests.cluster.support import effect_pipeline, pg_nodes
 from tests.e2e.conftest import ServedNode, wait_until
 
 pytestmark = pytest.mark.slow
@@ -41,18 +41,8 @@ TASKS = 1000
 
 @pytest.fixture
 def cluster(tmp_path: Path, pg_url: str) -> Iterator[list[ServedNode]]:
-    nodes = []
-    for name in "abc":
-        config = tmp_path / f"{name}.yaml"
-        config.write_text(CONFIG.format(url=pg_url))
-        nodes.append(
-            ServedNode(tmp_path / f"data-{name}", config, free_port(), tmp_path / f"{name}.log")
-        )
-    yield nodes
-    for node in nodes:
-        if node.proc is not None and node.proc.poll() is None:
-            node.proc.kill()
-            node.proc.wait()
+    with pg_nodes(tmp_path, CONFIG, pg_url) as nodes:
+        yield nodes
 
 
 def status(node: ServedNode) -> dict[str, Any]:
@@ -79,19 +69,7 @@ def test_three_nodes_on_one_postgres_run_each_task_once_and_survive_a_kill(
 
     # When 1,000 tasks are created on A (one pipeline)
     log = tmp_path / "effects.jsonl"
-    log.touch()
-    tasks = [
-        {
-            "ref": f"t{i}",
-            "type": "TEST_EFFECT",
-            "payload": {"effect_log": str(log), "seconds": 0.02},
-        }
-        for i in range(TASKS)
-    ]
-    with a.client() as client:
-        r = client.post("/api/v1/pipelines", json={"template": "custom", "tasks": tasks})
-        assert r.status_code == 201, r.text
-        pipeline_id = r.json()["pipeline_id"]
+    pipeline_id = effect_pipeline(a, log, TASKS, 0.02)
 
     # ... and C is killed with SIGKILL while it runs some of them
     c_id = status(c)["node_id"]

@@ -8,7 +8,6 @@ import sqlite3
 import psycopg
 import pytest
 
-from fredica.domain import errors
 from fredica.domain.models import NewPipeline, NewTask, TaskStatus
 
 from .conftest import claim_one, complete, raw_execute
@@ -35,14 +34,30 @@ async def test_idempotency_dedupes_active_tasks_only(store, clock, kind, target)
 
 
 async def test_a_new_pipeline_never_adopts_another_pipelines_active_task(store, clock) -> None:
-    await store.create_pipeline(NewPipeline("a", "mat", (NewTask("T", idempotency_key="k"),)))
+    # seed 001 §4.4: the work of an active task is not done twice by accident; but a second
+    # pipeline over the same material (a dub while a transcription runs) gets its own tasks,
+    # its dependencies on them intact, instead of a refusal about an internal id
+    first, _ = await store.create_pipeline(
+        NewPipeline("a", "mat", (NewTask("T", idempotency_key="k"),))
+    )
     clock.set(100.5)
-    with pytest.raises(errors.Conflict, match="already does this work"):
-        await store.create_pipeline(
-            NewPipeline("b", "mat", (NewTask("U"), NewTask("T", idempotency_key="k")))
+    second, dedup = await store.create_pipeline(
+        NewPipeline(
+            "b",
+            "mat",
+            (NewTask("T", id="own", idempotency_key="k"), NewTask("U", depends_on=("own",))),
         )
-    # nothing written
-    assert len(await store.list_pipelines()) == 1 and len(await store.list_tasks()) == 1
+    )
+    assert not dedup and second.id != first.id
+    own = await store.get_task("own")
+    assert own.pipeline_id == second.id and own.idempotency_key is None
+    (child,) = [t for t in await store.list_tasks(second.id) if t.type == "U"]
+    assert child.depends_on == ["own"]
+    (original,) = await store.list_tasks(first.id)
+    assert original.idempotency_key == "k"  # it keeps the key while active
+    # an add outside a pipeline still reuses the active task
+    again = await store.add_task(NewTask("T", idempotency_key="k"))
+    assert again.id == original.id
 
 
 async def test_active_pipeline_dedupe_by_material_and_template(store, clock) -> None:

@@ -136,3 +136,12 @@ async def test_postgres_refuses_to_move_a_pipeline(store) -> None:
         await store.adopt_pipeline(transfer, 1, MOVE)
     with pytest.raises(errors.InvalidRequest, match="PostgreSQL"):
         await store.demote_pipeline(transfer)
+
+
+async def test_a_store_lists_the_pipelines_that_moved_to_it(nodes) -> None:
+    old, new = nodes[OLD], nodes[NEW]
+    pid = await _owner_with_work(old)
+    await make_pipeline(new, NewTask("T", id="own1"))  # never moved: not listed
+    assert await new.adopted() == []
+    await new.adopt_pipeline(await old.export_pipeline(pid), 1, MOVE)
+    assert await new.adopted() == [(pid, OLD, 1)]

@@ -119,3 +119,27 @@ async def test_a_pipeline_the_owner_deletes_leaves_the_replicas_too(make_store, 
     assert await store.replica_pipeline(pid) is None
     assert await store.replica_tasks(pipeline_id=pid) == []
     assert await store.digest(OWNER, replica=True) == await owner.digest(OWNER, replica=False)
+
+
+async def test_a_batch_read_before_a_delete_and_applied_after_it_does_not_resurrect(
+    make_store, store
+) -> None:
+    # Given a replica that read the owner's pipeline in one pull (not applied yet)...
+    owner = make_store(OWNER)
+    pid = await make_pipeline(owner, NewTask("T", id="o1"))
+    early = await owner_changes(owner)
+    await complete(owner, await claim_one(owner))
+    await owner.delete_pipeline(pid)
+    # ...and the delete in a second pull that lands first
+    late = await owner_changes(owner)
+    assert ("pipeline", pid) in late.deleted
+    await store.apply_replica(OWNER, late)
+
+    # When the early batch is applied afterwards (twice, for good measure)
+    for _ in range(2):
+        assert await store.apply_replica(OWNER, early) == 0
+
+    # Then the deleted rows stay gone and the replica hashes like the owner
+    assert await store.replica_pipeline(pid) is None
+    assert await store.replica_task("o1") is None
+    assert await store.digest(OWNER, replica=True) == await owner.digest(OWNER, replica=False)

@@ -193,3 +193,24 @@ async def test_complete_and_claim_in_one_transaction(store, clock) -> None:
         [CompletionItem("a", first.attempt, {})], ClaimFilter(limit=1)
     )
     assert isinstance(done[0], errors.IllegalTransition) and claimed == []
+
+
+async def test_a_task_every_runnable_node_excluded_fails_and_a_retry_clears_them(store) -> None:
+    await make_pipeline(store, NewTask("ASR", id="a", max_retries=3), NewTask("OCR", id="b"))
+    (task,) = await store.claim(ClaimFilter(limit=1, types=frozenset({"ASR"})))
+    await store.fail(Failure(task.id, task.attempt, "no GPU", ErrorType.RESOURCE))
+    # node-b may still run ASR: the task waits for it; OCR was never excluded anywhere
+    assert await store.fail_stranded({"ASR": [NODE, "node-b"], "OCR": [NODE]}) == []
+    # node-b went offline: nobody left that may run it
+    assert await store.fail_stranded({"ASR": [NODE], "OCR": [NODE]}) == ["a"]
+    failed = await store.get_task("a")
+    assert (failed.status, failed.error_type) == (TaskStatus.FAILED, ErrorType.RESOURCE)
+    assert "no online node may run it any more" in (failed.error or "")
+    assert "no GPU" in (failed.error or "")
+    assert (await store.get_task("b")).status is TaskStatus.PENDING
+    retried = await store.retry_task("a")
+    assert (retried.status, retried.excluded_nodes, retried.retry_count) == (
+        TaskStatus.PENDING,
+        [],
+        0,
+    )

@@ -729,6 +729,9 @@ def test_a_peers_pipeline_shows_with_its_owner_as_a_read_only_replica(
         page.locator(f"g.dag-node[data-task-id='{printed}']").click()
         expect(detail.locator(".detail-head")).to_have_attribute("data-task-id", printed)
         expect(detail.locator("ul.files a")).to_have_text("⬇ printed.txt")
+        # its events, as the owner a keeps them, and its log (kept here) show on b's page
+        expect(detail.locator(".timeline li[data-event=claimed]")).to_have_count(1)
+        expect(detail.locator(".log-view")).to_contain_text("program out 0", timeout=WAIT_MS)
 
         # --- a's page: the file is on b, linked to b's page of the task ------------------------
         a_page = open_page(f"{a.url}/pipelines/{pid}?task={printed}", locale="en-US")
@@ -737,6 +740,8 @@ def test_a_peers_pipeline_shows_with_its_owner_as_a_read_only_replica(
         expect(a_detail.locator(".files-remote")).to_contain_text("node-b")
         link = a_detail.locator(".files-remote a")
         expect(link).to_have_attribute("href", f"{b.url}/pipelines/{pid}?task={printed}")
+        # and its log, kept by b, shows on a's page (a reads it from b)
+        expect(a_detail.locator(".log-view")).to_contain_text("program out 0", timeout=WAIT_MS)
         expect(a_page.locator("#cancel-pipeline")).to_be_enabled()
         expect(a_page.locator(".pipeline-owner .owner-name")).to_have_text("this node")
         expect(a_page.locator(".pipeline-owner .replica-badge")).to_have_count(0)

@@ -90,7 +90,7 @@ def normal(row: dict[str, Any], label: dict[str, str]) -> dict[str, Any]:
     for name, value in row.items():
         if name in ("change_seq", "ord") or (name == "id" and isinstance(value, int)):
             continue  # by design / numbered by the database
-        if name.endswith("_at"):
+        if name.endswith("_at") or name == "ready_since":
             out[name] = value is not None
         elif name == "depends_on":
             out[name] = [label[p] for p in json.loads(value)]

@@ -275,13 +275,7 @@ async def test_the_daily_budget_stops_cloud_use(tmp_path: Path, server: ChatServ
     cfg = _config(server.url, 1, scheduling={"max_cloud_cost_per_day_usd": 0.001})
     async with _node(tmp_path, cfg) as node:
         # When 5 analyses that may use the cloud (AUTO: it scores best) run one after another
-        results = []
-        for i in range(5):
-            pid, refs = await create(node, [_analyze(1, "auto")[0] | {"ref": f"t{i}"}])
-            done = await wait_for(
-                lambda tid=refs[f"t{i}"]: _done(node, tid), timeout=20
-            )  # fmt: skip
-            results.append(done)
+        results = await _one_after_another(node, 5)
         # Then the first two went to the cloud (the second started at $0.0006), each with its
         # reported cost; the rest fell back to the local backend
         backends = [t.backend for t in results]
@@ -305,6 +299,52 @@ async def test_the_daily_budget_stops_cloud_use(tmp_path: Path, server: ChatServ
         limits = node.engine.selector.limits  # type: ignore[union-attr]
         assert limits is not None and "reached" in limits.budget_reached()
     assert server.calls == 2
+
+
+async def test_the_daily_budget_is_the_clusters_the_peers_reported_spend_counts(
+    tmp_path: Path, server: ChatServer
+) -> None:
+    # Given a node with a $0.001 daily budget, at $0.0006 a call, and a peer (offline now:
+    # what it spent is spent) whose last report says it spent $0.0005 today, $0.0002 of it
+    # for token tok-a, and another whose report is of yesterday
+    server.release.set()
+    cfg = _config(server.url, 1, scheduling={"max_cloud_cost_per_day_usd": 0.001})
+    async with _node(tmp_path, cfg) as node:
+        limits = node.engine.selector.limits  # type: ignore[union-attr]
+        assert limits is not None
+        today = limits.spend_report()["day"]
+        peer = NodeRecord("node-peer", "peer", [], "offline", 4, 0.0, None, {})
+        report = {"day": today, "total_usd": 0.0005, "by_publisher": {"tok-a": 0.0002}}
+        await node._store.upsert_node(dataclasses.replace(peer, info={"cloud_spend_today": report}))
+        old = {"day": "2000-01-01", "total_usd": 5.0, "by_publisher": {}}
+        await node._store.upsert_node(
+            dataclasses.replace(peer, id="node-old", info={"cloud_spend_today": old})
+        )
+        await wait_for(lambda: limits.cluster_spent_today() == pytest.approx(0.0005))
+        assert limits.cluster_spent_today("tok-a") == pytest.approx(0.0002)
+        # When analyses that may use the cloud run one after another
+        results = await _one_after_another(node, 3)
+        # Then only the first went to the cloud: $0.0005 + $0.0006 is past the budget
+        # (alone, this node would have made two calls, as the test above shows)
+        assert [t.backend for t in results] == ["deepseek-api"] + ["local-extractive"] * 2
+        cloud = (await node.status())["cloud"]
+        assert cloud["spent_today_usd"] == pytest.approx(0.0006)
+        assert cloud["cluster_spent_today_usd"] == pytest.approx(0.0011)
+        assert cloud["limited"]["deepseek-api"]["limit"] == 0
+        assert "on all nodes" in cloud["limited"]["deepseek-api"]["why"]
+        # And this node reports its own spend to its peers (/cluster/info, heartbeats)
+        own = node.peer_info()["cloud_spend_today"]
+        assert own == {"day": today, "total_usd": pytest.approx(0.0006), "by_publisher": {}}
+    assert server.calls == 1
+
+
+async def _one_after_another(node: Node, n: int) -> list[Any]:
+    """`n` AUTO analyses, each created once the one before it completed; the tasks at the end."""
+    results = []
+    for i in range(n):
+        _, refs = await create(node, [_analyze(1, "auto")[0] | {"ref": f"t{i}"}])
+        results.append(await wait_for(lambda tid=refs[f"t{i}"]: _done(node, tid), timeout=20))
+    return results
 
 
 async def _done(node: Node, task_id: str) -> Any:

@@ -60,10 +60,11 @@ class DiskFiller:
     def fill(self) -> None:
         self.full = True
         if os.geteuid() == 0:
-            with self.filler.open("wb") as out, contextlib.suppress(OSError):
+            # unbuffered, and the suppress outside the file: a close that flushes a partly
+            # written buffer on a full disk raises ENOSPC too
+            with contextlib.suppress(OSError), self.filler.open("wb", buffering=0) as out:
                 while True:
                     out.write(b"\0" * 65536)
-                    out.flush()
 
     def free(self) -> None:
         self.full = False

@@ -660,10 +660,18 @@ def replace_busy_filter(selector):
 
 
 async def test_a_cloud_only_task_waits_for_a_node_that_may_use_the_cloud(tmp_path: Path) -> None:
-    # Given a node whose only AI_ANALYZE backend is local (no cloud provider configured)
+    # Given a node whose only AI_ANALYZE backend is local (no cloud provider configured),
+    # and a known peer (offline now) that has a cloud backend for it, so that the pipeline
+    # is accepted rather than refused as one no node can run
     n = compose.build_node(fast_settings(tmp_path))
     await n.start()
     try:
+        peer = SQLiteTaskStore(tmp_path / "fredica.db", "peer")
+        cloud = [
+            {"function": "AI_ANALYZE", "backend": "openai-compatible", "accelerator": "CloudAPI"}
+        ]
+        await peer.upsert_node(NodeRecord("peer", "vm", cloud, "offline", 1, 0, None, {}))
+        await peer.close()
         pid, refs = await create(
             n,
             [

@@ -34,7 +34,15 @@ def node_config(translator: str) -> dict[str, Any]:
     return {
         "auth": {
             "mode": "token",
-            "access_tokens": [{"id": "t1", "name": "Al", "token_hash": auth.hash_token(TOKEN)}],
+            "access_tokens": [
+                {
+                    "id": "t1",
+                    "name": "Al",
+                    "token_hash": auth.hash_token(TOKEN),
+                    # its translations run on the (local fake) cloud translator
+                    "permissions": {"allow_cloud": True},
+                }
+            ],
         },
         "capabilities": {
             "translate": {
@@ -62,7 +70,8 @@ async def finished(node: Node, pipeline_id: str, timeout: float = 60.0) -> None:
             ]
             return
         await asyncio.sleep(0.1)
-    raise AssertionError(f"pipeline {pipeline_id} did not finish in {timeout}s")
+    tasks = [(t.type, t.status.value, t.error) for t in await node.list_tasks(pipeline_id)]
+    raise AssertionError(f"pipeline {pipeline_id} did not finish in {timeout}s: {tasks}")
 
 
 async def test_player_offers_media_tracks_ranges_and_vtt(tmp_path: Path) -> None:

@@ -143,6 +143,20 @@ class AnalyzeEffectExecutor(EffectExecutor):
     capability = "AI_ANALYZE"
 
 
+class FfmpegEffectExecutor(EffectExecutor):
+    """`TEST_EFFECT` scored as FFMPEG work (its score follows the node's CPU score)."""
+
+    task_type = "TEST_EFFECT_FFMPEG"
+    capability = "FFMPEG"
+
+
+class AsrEffectExecutor(EffectExecutor):
+    """`TEST_EFFECT` scored as TRANSCRIBE work (its score follows the node's CPU score)."""
+
+    task_type = "TEST_EFFECT_ASR"
+    capability = "TRANSCRIBE"
+
+
 CHILD_EFFECT_SCRIPT = """
 import json, os, sys, time
 log, task, attempt, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
@@ -441,6 +455,8 @@ def register(registry: Registry) -> None:
         InlineExecutor(),
         EffectExecutor(),
         AnalyzeEffectExecutor(),
+        FfmpegEffectExecutor(),
+        AsrEffectExecutor(),
         ChildEffectExecutor(),
         TreeExecutor(),
         ToolExecutor(),

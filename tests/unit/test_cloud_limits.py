@@ -178,3 +178,37 @@ def test_a_token_created_while_the_node_runs_has_its_budget_enforced_at_once(
     limit, why = limits.ceilings("tok-new")["deepseek-api"]
     assert limit == 0 and "tok-new reached its max_cloud_cost_per_day_usd $0.25" in why
     assert limits.ceilings("tok-other") == {} and limits.ceilings() == {}
+
+
+def test_the_budgets_add_up_the_spend_the_peers_reported_for_this_utc_day() -> None:
+    clocks = Clocks()
+    limits = _limits(clocks, daily_budget_usd=1.0, publisher_budget={"tok-a": 0.5}.get)
+    limits.spend("deepseek-api", "tok-a", 0.3)
+    assert limits.spend_report() == {
+        "day": "2026-12-03",
+        "total_usd": 0.3,
+        "by_publisher": {"tok-a": 0.3},
+    }
+    # a peer's report of today counts, one of another day or malformed does not
+    assert limits.set_peer_spend(
+        {
+            "b": {"day": "2026-12-03", "total_usd": 0.25, "by_publisher": {"tok-a": 0.2}},
+            "c": {"day": "2026-12-02", "total_usd": 9.0, "by_publisher": {"tok-a": 9.0}},
+            "d": {"day": "2026-12-03", "total_usd": "lots"},
+            "e": {"day": "2026-12-03", "total_usd": float("nan")},
+            "f": None,
+        }
+    )
+    assert limits.cluster_spent_today() == pytest.approx(0.55)
+    assert limits.spent_today() == pytest.approx(0.3)
+    # tok-a spent 0.3 here and 0.2 on b: its 0.5 budget is reached, for it only
+    assert "tok-a reached its max_cloud_cost_per_day_usd $0.5" in limits.budget_reached("tok-a")
+    assert "on all nodes" in limits.budget_reached("tok-a")
+    assert limits.budget_reached("tok-b") == "" and limits.budget_reached() == ""
+    limits.set_peer_spend({"b": {"day": "2026-12-03", "total_usd": 0.7, "by_publisher": {}}})
+    assert "max_cloud_cost_per_day_usd $1 reached ($1.0000 spent today on all nodes)" in (
+        limits.budget_reached()
+    )
+    # the next UTC day, yesterday's reports no longer count
+    clocks.wall += 12 * 3600
+    assert limits.cluster_spent_today() == 0.0 and limits.budget_reached() == ""

@@ -60,6 +60,7 @@ def test_codes_are_unique_and_every_http_error_class_has_a_row() -> None:
     expected = {
         errors.StoreBusy: 503,
         errors.StoreFull: 507,
+        errors.OwnerMoved: 503,
         errors.StoreError: 503,
         errors.BackendBusy: 503,
         errors.NotFound: 404,
@@ -184,7 +185,12 @@ def test_the_schema_declares_each_status_with_its_codes_where_it_applies() -> No
     }
     assert codes["409"]["enum"] == ["illegal_transition", "stale_attempt", "conflict"]
     assert codes["422"]["enum"] == [table.INVALID]  # not FastAPI's list of pydantic errors
-    assert codes["503"]["enum"] == ["store_busy", "store_unavailable", "backend_busy"]
+    assert codes["503"]["enum"] == [
+        "store_busy",
+        "owner_moved",
+        "store_unavailable",
+        "backend_busy",
+    ]
     assert codes["500"]["enum"] == ["config_invalid", "internal"]
     assert "Retry-After" in answers["503"]["headers"]
     # a status a route declares itself is its own; paths the app leaves out get nothing

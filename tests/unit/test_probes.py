@@ -100,6 +100,7 @@ def gpu_desktop() -> FakeMachine:
         ),
         outputs={
             "nvidia-smi": ok(NVIDIA_SMI),
+            "cuInit": ok("CUDA_DEVICES=1\n"),  # the CUDA self-test passes
             "-encoders": ok(ENCODERS),
             "ollama list": ok(OLLAMA),
         },
@@ -558,7 +559,11 @@ def test_hardware_uses_the_runtime_cache_and_reports_updates() -> None:
 
 def test_llm_fallback_for_an_unknown_gpu() -> None:
     machine = FakeMachine(
-        binaries=("nvidia-smi",), outputs={"nvidia-smi": ok("NVIDIA Mystery X1, 20480, 560.1\n")}
+        binaries=("nvidia-smi",),
+        outputs={
+            "nvidia-smi": ok("NVIDIA Mystery X1, 20480, 560.1\n"),
+            "cuInit": ok("CUDA_DEVICES=1\n"),
+        },
     )
     report = machine.report()
     asked: list[str] = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fredica.capabilities import catalog
-from fredica.domain.models import NewTask
+from fredica.domain.models import CloudPreference, NewTask
 from fredica.node import servable
 from fredica.store.base import NodeRecord
 
@@ -74,3 +74,30 @@ def test_reported_task_types_decide_and_plugin_types_are_not_refused_blindly() -
     )
     # a type the table does not know is the template's to refuse, not this check's
     assert check([NewTask("NOBODY_HAS_THIS")], record("a", task_types=[])) == []
+
+
+def test_a_local_only_or_cloud_only_task_needs_a_node_with_that_kind_of_backend() -> None:
+    def node(node_id: str, accelerator: str) -> NodeRecord:
+        row = {"function": F.AI_ANALYZE.value, "backend": "b", "accelerator": accelerator}
+        return NodeRecord(node_id, "host", [row], "online", 2, 0.0, None, {})
+
+    cloud, local = node("vm", "CloudAPI"), node("nas", "CPU")
+    kept_local = [NewTask("AI_ANALYZE", cloud_preference=CloudPreference.LOCAL_ONLY)]
+    only_cloud = [NewTask("AI_ANALYZE", cloud_preference=CloudPreference.CLOUD_ONLY)]
+    # the function is declared, but only with a cloud backend: a local_only task cannot run
+    found = check(kept_local, cloud)
+    assert found == [
+        servable.Unservable(
+            "AI_ANALYZE", (F.AI_ANALYZE,), (), CloudPreference.LOCAL_ONLY, F.AI_ANALYZE
+        )
+    ]
+    message = servable.describe(found, lambda f: "")
+    assert "AI_ANALYZE is local_only, and no known node has a local backend for AI_ANALYZE" in (
+        message
+    )
+    assert check(kept_local, cloud, local) == []
+    # and the other way round
+    assert [u.only for u in check(only_cloud, local)] == [CloudPreference.CLOUD_ONLY]
+    assert check(only_cloud, local, cloud) == []
+    # auto runs anywhere the function is
+    assert check([NewTask("AI_ANALYZE")], cloud) == []

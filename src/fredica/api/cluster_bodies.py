@@ -47,6 +47,7 @@ class ClaimFilterBody(Body):
     cloud_only_types: list[str] | None = None
     local_only_types: list[str] | None = None
     deferred_types: list[str] = Field(default_factory=list)
+    defer_wait: Seconds | None = None
     soft_elsewhere: list[str] = Field(default_factory=list)
     soft_wait: Seconds = 0.0
 
@@ -210,3 +211,26 @@ Report = Annotated[
     | FailReport,
     Discriminator("op"),  # an unknown op: 422 naming it and the ops there are
 ]
+
+
+class Adopt(Body):
+    """A pipeline handed off to this node: its rows and events (`cluster.protocol`'s
+    transfer), the owner epoch it is adopted at, and the node handing it off."""
+
+    transfer: dict[str, Any]
+    epoch: Annotated[int, Field(ge=1, le=MAX_INT)]
+    previous: Id
+
+
+class MovedPipeline(Body):
+    id: Id
+    epoch: Annotated[int, Field(ge=1, le=MAX_INT)]
+    tasks: list[Id]
+
+
+class OwnerChanged(Body):
+    """A node says it owns these pipelines now (after a takeover)."""
+
+    owner: Id
+    previous: Id
+    pipelines: list[MovedPipeline]

@@ -10,7 +10,9 @@ same exception class again with `raise_for(status, code, message)`.
 | StoreBusy         | 503    | store_busy         | still busy after the store's own retries: |
 |                   |        |                    | `Retry-After: 1`, the client tries again  |
 | StoreFull         | 507    | disk_full          | the disk holding the store is full        |
-| StoreError        | 503    | store_unavailable  | the store failed or is closing            |
+| StoreError        | 503    | store_unavailable  | the store failed or is closing, or its    |
+|                   |        |                    | database cannot be reached now (it        |
+|                   |        |                    | restarts, fails over: `StoreUnavailable`) |
 | BackendBusy       | 503    | backend_busy       | every backend is at max_concurrent;       |
 |                   |        |                    | `Retry-After: 5`                          |
 | NotFound          | 404    | not_found          |                                           |

@@ -16,7 +16,9 @@ from fastapi import APIRouter, Body, Query
 
 from fredica.api import cluster_bodies as bodies
 from fredica.api import deps
+from fredica.domain import errors
 from fredica.domain.models import JSON
+from fredica.node import ownership
 
 router = APIRouter(prefix="/cluster", tags=["cluster"])
 
@@ -78,6 +80,19 @@ async def get_task(
     return await node.peers.get_task(task_id, events)
 
 
+@router.get("/tasks/log")
+async def task_log(
+    node: deps.NodeDep,
+    task_id: Annotated[str, Query(min_length=1, max_length=200)],
+    attempt: Annotated[int | None, Query(ge=1, le=10**9)] = None,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+) -> JSON:
+    """The logs of any owner's task that this node holds (it ran those attempts): the
+    attempts logged here and the text of `attempt` (default: the latest here) from `offset`,
+    or `log: null` (`node.cluster_reads`)."""
+    return await node.task_log_here(task_id, attempt, offset)
+
+
 @router.post("/control")
 async def control(body: bodies.Control, node: deps.NodeDep) -> JSON:
     """A user's action on a task (`task_id`: cancel, pause, resume, retry, skip) or a pipeline
@@ -115,3 +130,43 @@ async def wake(node: deps.NodeDep, body: Annotated[bodies.Wake | None, Body()] =
     changes."""
     node.peers.wake(body.node_id if body else None)
     return {"ok": True}
+
+
+# --- ownership that moves (DESIGN §4.11) --------------------------------------------------------
+def _ownership(node: deps.NodeDep) -> ownership.Ownership:
+    if node.ownership is None:
+        raise errors.Conflict("this node keeps no home-cluster ownership (a shared store)")
+    return node.ownership
+
+
+@router.get("/owner-view")
+async def owner_view(node: deps.NodeDep) -> JSON:
+    """Per owner this node keeps a replica of: the replica's cursor and how long the owner
+    has been silent here (asked by a would-be successor before a takeover)."""
+    return await _ownership(node).owner_view()
+
+
+@router.get("/owners")
+async def owners(node: deps.NodeDep, created_by: Annotated[str, Query(min_length=1)]) -> JSON:
+    """The pipelines `created_by` made that another node owns now (id, owner, epoch), as far
+    as this node knows: an old owner asks this before it acts again."""
+    return await _ownership(node).moved_for(created_by)
+
+
+@router.get("/pipelines/transfer")
+async def pipeline_transfer(node: deps.NodeDep, id: Annotated[str, Query(min_length=1)]) -> JSON:
+    """A pipeline as this node holds it (its own rows, else its replica), with its tasks."""
+    return await _ownership(node).transfer_for(id)
+
+
+@router.post("/adopt")
+async def adopt(body: bodies.Adopt, node: deps.NodeDep) -> JSON:
+    """A peer hands this node one of its pipelines (`transfer`) at owner `epoch`; the answer
+    carries the rows as adopted."""
+    return await _ownership(node).adopt(body.as_json())
+
+
+@router.post("/owner")
+async def owner_changed(body: bodies.OwnerChanged, node: deps.NodeDep) -> JSON:
+    """A peer took these pipelines over: reports of their tasks go to it from now on."""
+    return await _ownership(node).learn(body.as_json())

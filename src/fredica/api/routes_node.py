@@ -27,7 +27,7 @@ class _Metrics:
 
     def collect(self) -> Iterator[Metric]:
         counts = GaugeMetricFamily("fredica_tasks", "Tasks by status", labels=["status"])
-        for status, n in self.snapshot.get("task_counts", {}).items():
+        for status, n in (self.snapshot.get("task_counts") or {}).items():
             counts.add_metric([status], n)
         yield counts
         running = GaugeMetricFamily("fredica_running_tasks", "Tasks executing on this node")
@@ -86,6 +86,14 @@ async def nodes(node: deps.NodeDep) -> dict[str, Any]:
 async def drain(node: deps.NodeDep) -> dict[str, Any]:
     """Stop claiming new work; the running work finishes (`running` says how much is left)."""
     return await node.drain()
+
+
+@router.post("/api/v1/node/handoff")
+async def handoff(node: deps.NodeDep, to: str | None = None) -> dict[str, Any]:
+    """Hand every active pipeline this node owns to a peer now (before this machine sleeps):
+    `to`, else a peer with `node.always_on`, else the one up the longest. Answers with the
+    target and the pipelines moved (409 when no peer is online)."""
+    return await node.hand_off(to)
 
 
 @router.post("/api/v1/node/undrain")

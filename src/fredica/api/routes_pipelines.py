@@ -54,8 +54,8 @@ async def list_pipelines(
     `next_cursor` continues the list with the same filters (null on its last page); a
     malformed cursor or time answers 422."""
     if scope == "cluster":
-        routes_tasks.check_cluster_page(limit, offset, cursor, where)
-        pipelines = await node.cluster_pipelines(status, limit, offset)
+        routes_tasks.check_cluster_page(limit, offset, cursor)
+        pipelines = await node.cluster_pipelines(status, limit, offset, where)
         return {"pipelines": await routes_tasks.marked(node, pipelines), "next_cursor": None}
     page = await node.page_pipelines(status, limit, cursor, offset, where)
     return {"pipelines": [p.to_json() for p in page.items], "next_cursor": page.next_cursor}

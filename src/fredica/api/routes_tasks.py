@@ -50,8 +50,8 @@ async def list_tasks(
     first; searched and filtered (the history). `next_cursor` continues the list with the
     same filters (null on its last page); a malformed cursor or time answers 422."""
     if scope == "cluster":
-        check_cluster_page(limit, offset, cursor, where)
-        tasks = await node.cluster_tasks(pipeline_id, _statuses(status), type, limit, offset)
+        check_cluster_page(limit, offset, cursor)
+        tasks = await node.cluster_tasks(pipeline_id, _statuses(status), type, limit, offset, where)
         return {"tasks": await marked(node, tasks), "next_cursor": None}
     page = await node.page_tasks(pipeline_id, _statuses(status), type, limit, cursor, offset, where)
     return {"tasks": [t.to_json() for t in page.items], "next_cursor": page.next_cursor}
@@ -60,20 +60,13 @@ async def list_tasks(
 Scope = Literal["local", "cluster"]
 SCOPE_HELP = (
     "`local`: the rows this node owns. `cluster`: also its replicas of every other node's "
-    "rows, each marked with `replica` (the owner and how fresh the copy is); pages with "
-    "`offset` (at most 1000 rows deep), not `cursor`."
+    "rows, each marked with `replica` (the owner and how fresh the copy is), searched and "
+    "filtered alike; pages with `offset` (at most 1000 rows deep), not `cursor`."
 )
 CLUSTER_DEPTH = 1000
 
 
-def check_cluster_page(
-    limit: int, offset: int, cursor: str | None, where: ListFilter | None = None
-) -> None:
-    if where is not None and not where.is_empty:
-        raise errors.InvalidRequest(
-            "scope=cluster does not search or filter by q, template, node, since or until; "
-            "use scope=local (each node's history holds the pipelines it owns)"
-        )
+def check_cluster_page(limit: int, offset: int, cursor: str | None) -> None:
     if cursor is not None:
         raise errors.InvalidRequest("scope=cluster pages with offset, not cursor")
     if limit + offset > CLUSTER_DEPTH:
@@ -99,6 +92,14 @@ async def get_task(task_id: str, node: deps.NodeDep) -> dict[str, Any]:
     return {**task.to_json(), "events": [e.to_json() for e in events]}
 
 
+@router.get("/api/v1/tasks/{task_id}/events")
+async def task_events(task_id: str, node: deps.NodeDep) -> dict[str, Any]:
+    """A task's events in time order, of any owner's task: this node's own, else as its owner
+    has them now (none while that owner cannot be reached: the replica holds no events)."""
+    task, events = await node.task_with_events(task_id)
+    return {"task_id": task.id, "owner_id": task.owner_id, "events": [e.to_json() for e in events]}
+
+
 @router.get("/api/v1/tasks/{task_id}/log", response_class=PlainTextResponse)
 async def task_log(
     task_id: str,
@@ -116,8 +117,10 @@ async def task_log(
     ] = 0,
 ) -> PlainTextResponse:
     """What an attempt printed (its commands, their stderr, its executor's log records; the
-    last 1 MiB). Headers: `X-Log-Attempt`, `X-Log-Attempts` (every attempt with a log),
-    `X-Log-End` (pass as `offset` to read only what comes next). 404 naming what is missing."""
+    last 1 MiB), from this node or from the node that ran the attempt (any owner's task, with
+    the cluster secret between the nodes). Headers: `X-Log-Attempt`, `X-Log-Attempts` (every
+    attempt with a log, on any node), `X-Log-End` (pass as `offset` to read only what comes
+    next). 404 naming what is missing."""
     chunk = await node.task_log(task_id, attempt, offset)
     return PlainTextResponse(
         chunk.text,

@@ -47,6 +47,27 @@ MODULES: tuple[str, ...] = (
     "nrclex",
 )  # fmt: skip
 
+# The CUDA self-test, run in a child process (bounded; a broken driver cannot hang or crash the
+# node): load the driver library, initialise it, count the devices. An `nvidia-smi` that
+# answers proves nothing by itself (a container with the tool but no device, a stale driver).
+CUDA_SELF_TEST = """
+import ctypes, sys
+name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+try:
+    lib = ctypes.CDLL(name)
+except OSError as exc:
+    print("CUDA_ERROR=" + name + " does not load: " + str(exc)); raise SystemExit(0)
+rc = lib.cuInit(0)
+if rc != 0:
+    print("CUDA_ERROR=cuInit failed with CUDA error " + str(rc)); raise SystemExit(0)
+count = ctypes.c_int(0)
+rc = lib.cuDeviceGetCount(ctypes.byref(count))
+print("CUDA_DEVICES=" + str(count.value if rc == 0 else 0))
+"""
+# One frame through the NVENC encoder: the encoder being listed says only that ffmpeg was built
+# with it.
+NVENC_SELF_TEST = ("-f", "lavfi", "-i", "color=c=black:s=256x256:d=0.1", "-frames:v", "1",
+                   "-c:v", "h264_nvenc", "-f", "null", "-")  # fmt: skip
 ENCODERS_OF_INTEREST = ("h264_nvenc", "hevc_nvenc", "h264_videotoolbox", "h264_vaapi")
 RENDER_NODE = "/dev/dri/renderD128"
 
@@ -301,9 +322,14 @@ def _probe_gpus(p: _Probe, binaries: Mapping[str, str]) -> tuple[hardware.GpuInf
         query = "--query-gpu=name,memory.total,driver_version"
         out = p.run("nvidia-smi", [binaries["nvidia-smi"], query, "--format=csv,noheader,nounits"])
         found = parse_nvidia_smi(out or "")
-        gpus.extend(found)
         if out is not None:
             p.note("nvidia-smi", bool(found), ", ".join(g.name for g in found) or "no GPU listed")
+        if found:
+            usable = _cuda_self_test(p)
+            if usable:
+                gpus.extend(found)
+            else:
+                p.note("nvidia-smi", False, f"lists {found[0].name}, but {usable.reason}")
     else:
         p.note("nvidia-smi", False, "not on PATH")
     if env.platform == "darwin" and "system_profiler" in binaries:
@@ -325,8 +351,43 @@ def _probe_gpus(p: _Probe, binaries: Mapping[str, str]) -> tuple[hardware.GpuInf
     return tuple(gpus)
 
 
+@dataclass(frozen=True)
+class SelfTest:
+    """The outcome of a backend's self-test (truthy when it passed)."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def _cuda_self_test(p: _Probe) -> SelfTest:
+    """Whether CUDA initialises and has a device (`CUDA_SELF_TEST` in a child process)."""
+    out = p.run("CUDA self-test", [sys.executable, "-c", CUDA_SELF_TEST])
+    if out is None:
+        return SelfTest(False, "the CUDA self-test did not run")
+    m = re.search(r"CUDA_DEVICES=(\d+)", out)
+    if m and int(m.group(1)) > 0:
+        return SelfTest(True)
+    err = re.search(r"CUDA_ERROR=(.*)", out)
+    reason = err.group(1).strip() if err else "CUDA reports no device"
+    return SelfTest(False, f"no usable CUDA device ({reason})")
+
+
+def _nvenc_self_test(p: _Probe, ffmpeg: str, encoders: frozenset[str]) -> frozenset[str]:
+    """`encoders` less the NVENC ones if one frame does not encode with h264_nvenc."""
+    nvenc = frozenset(e for e in encoders if e.endswith("_nvenc"))
+    if not nvenc:
+        return encoders
+    if p.run("nvenc self-test", [ffmpeg, "-hide_banner", *NVENC_SELF_TEST]) is not None:
+        return encoders
+    p.note("ffmpeg", False, "lists h264_nvenc, but one frame does not encode with it")
+    return encoders - nvenc
+
+
 def _probe_ffmpeg(
-    p: _Probe, binaries: Mapping[str, str], configured: str
+    p: _Probe, binaries: Mapping[str, str], configured: str, cuda: bool
 ) -> tuple[str | None, str, frozenset[str], frozenset[str]]:
     if configured:
         path, source = binaries.get("ffmpeg"), "configured"
@@ -341,6 +402,10 @@ def _probe_ffmpeg(
         return None, "", frozenset(), frozenset()
     out = p.run("ffmpeg -encoders", [path, "-hide_banner", "-encoders"]) or ""
     encoders = frozenset(e for e in ENCODERS_OF_INTEREST if re.search(rf"\b{e}\b", out))
+    if cuda:
+        encoders = _nvenc_self_test(p, path, encoders)
+    else:  # no usable NVIDIA GPU: NVENC cannot run, whatever the build lists
+        encoders = frozenset(e for e in encoders if not e.endswith("_nvenc"))
     hw = p.run("ffmpeg -hwaccels", [path, "-hide_banner", "-hwaccels"]) or ""
     hwaccels = frozenset(line.strip() for line in hw.splitlines()[1:] if line.strip())
     extra = f"; hw encoders: {', '.join(sorted(encoders))}" if encoders else ""
@@ -365,7 +430,10 @@ def run_probes(
             p.note(name, False, f"configured path {configured[name]!r} is not executable")
     modules = frozenset(m for m in MODULES if _safe(env.find_spec, m))
     gpus = _probe_gpus(p, binaries)
-    ffmpeg, source, encoders, hwaccels = _probe_ffmpeg(p, binaries, configured.get("ffmpeg", ""))
+    cuda = any(g.vendor == "nvidia" for g in gpus)
+    ffmpeg, source, encoders, hwaccels = _probe_ffmpeg(
+        p, binaries, configured.get("ffmpeg", ""), cuda
+    )
     render = env.platform.startswith("linux") and env.path_exists(RENDER_NODE)
     ollama: tuple[str, ...] | None = None
     if "ollama" in binaries:

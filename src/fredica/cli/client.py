@@ -29,6 +29,7 @@ NodeOpt = Annotated[
 TASK_LIST_LIMIT = 100_000
 PIPELINE_LIST_LIMIT = 100_000
 PREFIX_PAGE = 1000
+CLUSTER_PAGE = 1000  # the deepest scope=cluster page a node answers
 FULL_ID_LENGTH = 36  # a UUID with dashes
 
 
@@ -145,6 +146,14 @@ def _rows(client: Client, path: str, key: str, most: int) -> list[dict[str, Any]
     return rows[:most]
 
 
+def _elsewhere(client: Client, path: str, key: str, prefix: str) -> list[dict[str, Any]]:
+    """Rows of other owners whose id may start with `prefix`: the node's replicas, searched
+    (`scope=cluster`, `q` matches ids by prefix)."""
+    params = {"scope": "cluster", "q": prefix, "limit": CLUSTER_PAGE}
+    rows: list[dict[str, Any]] = client.request("GET", path, params=params)[key]
+    return rows
+
+
 def _resolve(kind: str, prefix: str, ids: list[str], describe: dict[str, str]) -> str:
     matches = [i for i in ids if i.startswith(prefix)]
     if len(matches) == 1:
@@ -159,11 +168,14 @@ def _resolve(kind: str, prefix: str, ids: list[str], describe: dict[str, str]) -
 
 
 def resolve_task_id(client: Client, prefix: str) -> str:
-    """The full ID of the one task whose ID starts with `prefix` (dies if none or several)."""
+    """The full ID of the one task whose ID starts with `prefix` (dies if none or several):
+    this node's own, else one of another owner's that the node has a replica of."""
     prefix = prefix.strip().lower()
     if len(prefix) >= FULL_ID_LENGTH:
         return prefix
     tasks = _rows(client, "/api/v1/tasks", "tasks", TASK_LIST_LIMIT)
+    if not any(t["id"].startswith(prefix) for t in tasks):
+        tasks = _elsewhere(client, "/api/v1/tasks", "tasks", prefix)
     describe = {t["id"]: f"{t['type']} {t['status']}" for t in tasks}
     return _resolve("task", prefix, [t["id"] for t in tasks], describe)
 
@@ -174,6 +186,8 @@ def resolve_pipeline_id(client: Client, prefix: str) -> str:
     if len(prefix) >= FULL_ID_LENGTH:
         return prefix
     pipelines = _rows(client, "/api/v1/pipelines", "pipelines", PIPELINE_LIST_LIMIT)
+    if not any(p["id"].startswith(prefix) for p in pipelines):
+        pipelines = _elsewhere(client, "/api/v1/pipelines", "pipelines", prefix)
     describe = {p["id"]: f"{p['template']} {p['status']}" for p in pipelines}
     return _resolve("pipeline", prefix, [p["id"] for p in pipelines], describe)
 

@@ -469,7 +469,9 @@ def status(node: NodeOpt = DEFAULT_NODE) -> None:
     table.add_row("address", data["address"])
     table.add_row("running", f"{data['running']}/{data['max_workers']}")
     table.add_row("previous shutdown", data["previous_shutdown_type"])
-    counts = data["task_counts"]
+    if data.get("store_error"):
+        table.add_row("store", f"[red]unavailable[/red]: {data['store_error']}")
+    counts = data["task_counts"] or {}
     table.add_row("tasks", "  ".join(f"{k} {v}" for k, v in counts.items() if v) or "none")
     table.add_row("task types", ", ".join(data["task_types"]))
     table.add_row("templates", ", ".join(data["templates"]))

@@ -13,7 +13,10 @@ from rich.text import Text
 from fredica.cli import client
 from fredica.cli.remote import Client, console, die
 
-node_app = typer.Typer(help="The cluster's nodes: list them, drain one.", no_args_is_help=True)
+node_app = typer.Typer(
+    help="The cluster's nodes: list them, drain one, hand its pipelines off.",
+    no_args_is_help=True,
+)
 
 STATE_STYLE = {
     "online": "green",
@@ -98,6 +101,23 @@ def _wait_idle(api: Client, timeout: float) -> None:
             console.print(f"{now_running} task(s) still running")
         running = now_running
     console.print("no task running: the node can be stopped")
+
+
+@node_app.command("handoff")
+def node_handoff(
+    node: client.NodeOpt = client.DEFAULT_NODE,
+    to: Annotated[
+        str | None, typer.Option("--to", help="The peer to hand to (default: an always-on one).")
+    ] = None,
+) -> None:
+    """Hand the pipelines this node owns to a peer now, so that nothing of them waits while
+    this machine sleeps or is off (the node keeps read-only replicas of them)."""
+    params = {"to": to} if to else None
+    answer = Client(node).request("POST", "/api/v1/node/handoff", params=params)
+    moved = answer["handed_off"]
+    console.print(f"{len(moved)} pipeline(s) handed to node {answer['target']}")
+    for pipeline_id in moved:
+        console.print(f"  {pipeline_id}")
 
 
 @node_app.command("undrain")

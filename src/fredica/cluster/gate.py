@@ -4,18 +4,18 @@ node that is free to run it, and the SOFT affinity of a task to the node that ho
 A node compares its own effective score for each task type with the scores its peers advertise
 (from their last report: `/cluster/info`, or the node registry a shared database keeps). If an
 online peer with a free slot scores higher, the node defers that type: it claims only the
-tasks pinned to itself. The starvation guard: a type deferred for `defer_window` seconds is
-claimed anyway on the next poll (and the window starts again), so work never waits on a peer
-that looks free but does not claim it.
+tasks pinned to itself. The starvation guard is per ready task: a deferred task that has been
+ready for `defer_window` seconds (its `ready_since`, judged by its owner's clock inside the
+claim) is claimed anyway, so work never waits on a peer that looks free but does not claim it,
+and a task made a moment ago always waits for the better node first.
 
-Pure logic with an injected monotonic clock; the engine asks it on every claim.
+Pure logic; the engine asks it on every claim.
 """
 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -46,17 +46,14 @@ NO_GATE = Gate()
 
 
 class ClaimGate:
-    def __init__(
-        self,
-        self_id: str,
-        defer_window: float,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    """The score gate of one node, fed with what its peers last reported."""
+
+    def __init__(self, self_id: str, defer_window: float) -> None:
         self.self_id = self_id
+        #: seconds a deferred task waits, from when it became ready, before this node claims
+        #: it anyway (`ClaimFilter.defer_wait`)
         self.defer_window = defer_window
-        self._clock = clock
         self._peers: list[PeerView] = []
-        self._deferred_since: dict[str, float] = {}
 
     @property
     def peers(self) -> list[PeerView]:
@@ -66,24 +63,18 @@ class ClaimGate:
         self._peers = [p for p in peers if p.node_id != self.self_id]
 
     def apply(self, types: Iterable[str], my_scores: Mapping[str, float]) -> Gate:
-        """The gate for a claim of `types` by a node scoring `my_scores` now."""
+        """The gate for a claim of `types` by a node scoring `my_scores` now: the types an
+        online peer with a free slot scores higher for."""
         available = [p for p in self._peers if p.available]
         if not available:
-            self._deferred_since.clear()
             return NO_GATE
-        now = self._clock()
-        deferred: set[str] = set()
-        for task_type in types:
-            best_peer = max(p.scores.get(task_type, -math.inf) for p in available)
-            if best_peer <= my_scores.get(task_type, -math.inf):
-                self._deferred_since.pop(task_type, None)
-                continue
-            since = self._deferred_since.setdefault(task_type, now)
-            if now - since >= self.defer_window:
-                self._deferred_since[task_type] = now  # claim anyway, then defer again
-                continue
-            deferred.add(task_type)
-        return Gate(frozenset(deferred), frozenset(p.node_id for p in available))
+        deferred = frozenset(
+            task_type
+            for task_type in types
+            if max(p.scores.get(task_type, -math.inf) for p in available)
+            > my_scores.get(task_type, -math.inf)
+        )
+        return Gate(deferred, frozenset(p.node_id for p in available))
 
     def needs_scores(self) -> bool:
         """Whether `apply` will compare scores (some peer is available)."""

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from fredica.domain import errors
 from fredica.domain.error_table import error_class, row_for
 from fredica.domain.models import JSON, ErrorType, Task, TaskStatus
-from fredica.domain.wire import pipeline_from_json, task_from_json
+from fredica.domain.wire import event_from_json, pipeline_from_json, task_from_json
 from fredica.store.base import (
     BackendNote,
     ChangeBatch,
@@ -20,6 +20,7 @@ from fredica.store.base import (
     Failure,
     HeartbeatFeedback,
     StartItem,
+    Transfer,
 )
 
 T = TypeVar("T")
@@ -43,6 +44,7 @@ def filter_to_json(flt: ClaimFilter) -> JSON:
         "cloud_only_types": _opt_list(flt.cloud_only_types),
         "local_only_types": _opt_list(flt.local_only_types),
         "deferred_types": sorted(flt.deferred_types),
+        "defer_wait": flt.defer_wait,
         "soft_elsewhere": sorted(flt.soft_elsewhere),
         "soft_wait": flt.soft_wait,
     }
@@ -59,6 +61,7 @@ def filter_from_json(d: JSON) -> ClaimFilter:
         cloud_only_types=_opt_set(d.get("cloud_only_types")),
         local_only_types=_opt_set(d.get("local_only_types")),
         deferred_types=_opt_set(d.get("deferred_types")) or frozenset(),
+        defer_wait=None if d.get("defer_wait") is None else float(d["defer_wait"]),
         soft_elsewhere=_opt_set(d.get("soft_elsewhere")) or frozenset(),
         soft_wait=float(d.get("soft_wait") or 0.0),
     )
@@ -174,6 +177,22 @@ def batch_from_json(d: JSON) -> ChangeBatch:
         [pipeline_from_json(p) for p in d["pipelines"]],
         int(d["cursor"]),
         [(str(kind), str(row_id)) for kind, row_id in d.get("deleted", [])],
+    )
+
+
+def transfer_to_json(transfer: Transfer) -> JSON:
+    return {
+        "pipeline": transfer.pipeline.to_json(),
+        "tasks": [t.to_json() for t in transfer.tasks],
+        "events": [e.to_json() for e in transfer.events],
+    }
+
+
+def transfer_from_json(d: JSON) -> Transfer:
+    return Transfer(
+        pipeline_from_json(d["pipeline"]),
+        tuple(task_from_json(t) for t in d["tasks"]),
+        tuple(event_from_json(e) for e in d.get("events", [])),
     )
 
 

@@ -50,6 +50,21 @@ class Owners(Protocol):
         ...
 
 
+class Authority(Protocol):
+    """Whether this node may act as the owner of its rows now (DESIGN §4.11)."""
+
+    def may_act(self, task_id: str | None = None) -> bool:
+        """None: claim, judge liveness, accept reports at all (its lease on its pipelines is
+        confirmed). A task id: also that task's pipeline is not being handed off."""
+        ...
+
+
+UNCONFIRMED = (
+    "this node cannot confirm now that it still owns the task's pipeline (out of contact "
+    "with every peer for too long, or handing it off): the report waits"
+)
+
+
 class OwnerRouter:
     """The worker's store: `local` for its own rows, `owners` for everybody else's."""
 
@@ -62,6 +77,8 @@ class OwnerRouter:
         self.local = local
         self._owners = owners
         self._node_info = node_info
+        #: set by the node: while it says no, this node acts on none of its own rows
+        self.authority: Authority | None = None
         #: task id -> the owner that granted the claim (absent: this node's own store)
         self._claimed: dict[str, RemoteOwner] = {}
         #: each task claimed from a peer, as claimed (the answer for an outboxed result)
@@ -82,14 +99,49 @@ class OwnerRouter:
         self.local.subscribe(listener)
 
     async def monitor(self, liveness: Liveness) -> MonitorReport:
+        if not self._may_act():
+            # an owner that may have been taken over does not judge its claimers' silence
+            return MonitorReport([], [], [], [])
         return await self.local.monitor(liveness)
+
+    # --- the owner's authority (DESIGN §4.11) -----------------------------------------------
+    def _may_act(self, task_id: str | None = None) -> bool:
+        return self.authority is None or self.authority.may_act(task_id)
+
+    def _check_local(self, task_id: str) -> None:
+        if not self._may_act(task_id):
+            raise errors.StoreError(f"task {task_id}: {UNCONFIRMED}")
+
+    def owns_locally(self, task_id: str) -> bool:
+        """Is this task's claim held at this node's own store (not at a peer's)?"""
+        return task_id not in self._claimed
+
+    def gate_for(self, task_id: str) -> Callable[[], bool]:
+        """The gate an attempt of `task_id` waits at (`TaskControl.gate`): open while the task
+        is another owner's, or this node may act as its owner."""
+        return lambda: task_id in self._claimed or self._may_act(task_id)
+
+    def moved(self, tasks: Sequence[Task], owner: RemoteOwner | None) -> None:
+        """These tasks belong to `owner` now (None: to this node's own store): every later
+        report of them goes there."""
+        for task in tasks:
+            if owner is None:
+                self._claimed.pop(task.id, None)
+                self._tasks.pop(task.id, None)
+            else:
+                self._claimed[task.id] = owner
+                self._tasks[task.id] = task
+
+    def held_tasks(self) -> list[Task]:
+        """The tasks this node holds claims of at its peers, as claimed."""
+        return list(self._tasks.values())
 
     async def recover_startup(self, node_id: str | None = None) -> RecoveryReport:
         return await self.local.recover_startup(node_id)
 
     # --- claims -----------------------------------------------------------------------------
     async def claim(self, flt: ClaimFilter, node_id: str | None = None) -> list[Task]:
-        claimed = await self.local.claim(flt, node_id)
+        claimed = await self.local.claim(flt, node_id) if self._may_act() else []
         return claimed + await self._claim_remote(flt, flt.limit - _started(claimed, flt), node_id)
 
     async def _claim_remote(self, flt: ClaimFilter, free: int, node_id: str | None) -> list[Task]:
@@ -119,6 +171,7 @@ class OwnerRouter:
     async def start(self, task_id: str, attempt: int, node_id: str | None = None) -> Task:
         owner = self._claimed.get(task_id)
         if owner is None:
+            self._check_local(task_id)
             return await self.local.start(task_id, attempt, node_id)
         return await owner.start(task_id, attempt, node_id or self.node_id)
 
@@ -127,6 +180,7 @@ class OwnerRouter:
     ) -> Task:
         owner = self._claimed.get(task_id)
         if owner is None:
+            self._check_local(task_id)
             return await self.local.release(task_id, attempt, reason, node_id)
         return await self._final(
             task_id, attempt, owner.release(task_id, attempt, reason, node_id or self.node_id)
@@ -176,6 +230,9 @@ class OwnerRouter:
         self, tasks: Sequence[tuple[str, int]], node_id: str | None = None
     ) -> list[HeartbeatFeedback]:
         mine, theirs = self._split(tasks, lambda t: t[0])
+        if self.authority is not None:
+            # no answer for work this node may no longer own: its attempts stay unconfirmed
+            mine = [t for t in mine if self._may_act(t[0])]
         feedback = await self.local.heartbeat(mine, node_id) if mine else []
         info = self._node_info() if self._node_info is not None else None
         for owner, part in theirs.items():
@@ -202,8 +259,13 @@ class OwnerRouter:
         outcomes: dict[int, Completed | errors.FredicaError] = {}
         mine_idx, theirs_idx = self._split(list(range(len(items))), lambda i: items[i].task_id)
         my_starts, their_starts = self._split(starts, lambda s: s.task_id)
+        for i in mine_idx:
+            self._check_local(items[i].task_id)
+        for start in my_starts:
+            self._check_local(start.task_id)
+        local_claim = claim if self._may_act() else None
         local_outcomes, claimed = await self.local.complete_and_claim(
-            [items[i] for i in mine_idx], claim, node_id, my_starts
+            [items[i] for i in mine_idx], local_claim, node_id, my_starts
         )
         outcomes.update(zip(mine_idx, local_outcomes, strict=True))
         free = claim.limit - _started(claimed, claim) if claim is not None else 0
@@ -218,6 +280,8 @@ class OwnerRouter:
             except errors.StoreError as exc:
                 self._owners.unreachable(owner, exc)
                 got, more = await self._outbox_completions(owner, part, exc), []
+            else:
+                got = await self._keep_moved(owner, part, got)
             outcomes.update(zip(idx, got, strict=True))
             for i in idx:
                 self._forget(items[i].task_id, items[i].attempt)
@@ -231,6 +295,7 @@ class OwnerRouter:
     async def fail(self, failure: Failure, node_id: str | None = None) -> Task:
         owner = self._claimed.get(failure.task_id)
         if owner is None:
+            self._check_local(failure.task_id)
             return await self.local.fail(failure, node_id)
         try:
             return await self._final(
@@ -313,9 +378,56 @@ class OwnerRouter:
             for i in items
         ]
 
+    async def _keep_moved(
+        self,
+        owner: RemoteOwner,
+        items: list[CompletionItem],
+        outcomes: list[Completed | errors.FredicaError],
+    ) -> list[Completed | errors.FredicaError]:
+        """Results the owner could not take for now (the task moved to another owner, whose
+        address this node learns soon): kept in the outbox like those of an unreachable
+        owner."""
+        waiting = [
+            i for i, o in zip(items, outcomes, strict=True) if isinstance(o, errors.StoreError)
+        ]
+        if not waiting:
+            return outcomes
+        kept = iter(await self._outbox_completions(owner, waiting, errors.OwnerMoved("moved")))
+        return [next(kept) if isinstance(o, errors.StoreError) else o for o in outcomes]
+
     def _pipeline(self, task_id: str) -> str | None:
         task = self._tasks.get(task_id)
         return task.pipeline_id if task is not None else None
+
+    async def deliver_own_outbox(self) -> int:
+        """Results this node kept for tasks whose pipeline it has since taken over: applied
+        to its own store now. Returns how many were applied or dropped."""
+        done = 0
+        for item in await self.local.outbox_list(limit=1000):
+            if item.owner_id != self.node_id:
+                continue
+            try:
+                if item.kind == "complete":
+                    completion = protocol.completion_from_json(item.body)
+                    outcome = (await self.local.complete_and_claim([completion]))[0][0]
+                    if isinstance(outcome, errors.FredicaError):
+                        raise outcome
+                else:
+                    await self.local.fail(protocol.failure_from_json(item.body))
+            except errors.StoreError:
+                break
+            except errors.FredicaError as exc:
+                logger.warning(
+                    "the %s of %s (attempt %d), kept for the old owner, dropped: %s",
+                    item.kind,
+                    item.task_id,
+                    item.attempt,
+                    exc,
+                    extra={"action": "outbox"},
+                )
+            await self.local.outbox_done(item.id)
+            done += 1
+        return done
 
     async def deliver_outbox(self, owner: RemoteOwner) -> int:
         """Send `owner` the results waiting for it, oldest first; each is forgotten once the

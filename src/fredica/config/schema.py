@@ -80,6 +80,8 @@ class NodeConfig(sections.Section):
     network_region: Literal["CN", "GLOBAL", "UNKNOWN"] = "UNKNOWN"
     bandwidth_mbps: sections.NonNegInt = 100
     is_storage_node: bool = False
+    #: this machine stays on (a NAS, a server): peers hand their pipelines to it first
+    always_on: bool = False
     #: our addition, for tests of clock drift: this node's clock runs this many seconds off
     clock_offset_sec: Annotated[float, Field(ge=-86400, le=86400)] = 0.0
 
@@ -120,6 +122,13 @@ class ClusterConfig(sections.Section):
     stale_after_sec: sections.PositiveFloat = 180.0
     reclaim_after_sec: sections.PositiveFloat = 900.0
     originator_wait_sec: sections.PositiveFloat = 1800.0
+    #: a peer takes the active pipelines of an owner silent for originator_wait_sec over
+    #: (off by default until its multi-node tests prove no task runs twice; set it alike on
+    #: every node)
+    takeover: bool = False
+    #: a clean stop (SIGTERM, Ctrl-C) or a drain first hands this node's active pipelines to
+    #: a peer
+    handoff_on_stop: bool = False
     prefer_window_sec: sections.NonNegFloat = 1800.0
     api_rate_limits: dict[str, RateLimit] = Field(default_factory=_default_rate_limits)
 

@@ -20,6 +20,7 @@ node:
   network_region: "UNKNOWN"  # CN | GLOBAL | UNKNOWN; CN without a proxy never declares YouTube
   bandwidth_mbps: 100     # downstream bandwidth estimate in Mbps; 0 = unknown
   is_storage_node: false  # true on a NAS: downloads of storage_preference=nas pipelines +20
+  always_on: false        # true on a machine that stays on: peers hand their pipelines to it
   clock_offset_sec: 0  # testing aid: run this node's clock this many seconds off (drift tests)
 
 # -- Cluster ---------------------------------------------------------------------------------
@@ -31,7 +32,9 @@ cluster:
   heartbeat_interval_sec: 30.0
   stale_after_sec: 180.0      # no heartbeat for 3 min -> stale
   reclaim_after_sec: 900.0    # no heartbeat for 15 min -> the task is reclaimed
-  originator_wait_sec: 1800.0 # how long an executor waits for the originator to come back
+  originator_wait_sec: 1800.0 # an owner silent this long: a peer takes its pipelines over
+  takeover: false             # true: peers take a silent owner's pipelines (set on all nodes)
+  handoff_on_stop: false      # true: a clean stop or a drain hands the pipelines to a peer
   prefer_window_sec: 1800.0   # how long a better-scored busy node is preferred before others claim
   # Cluster-wide concurrency ceilings per API provider (sum of all nodes' active calls).
   api_rate_limits:

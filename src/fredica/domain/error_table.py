@@ -31,6 +31,7 @@ class Row(NamedTuple):
 TABLE: tuple[Row, ...] = (
     Row(errors.StoreBusy, 503, "store_busy", {"Retry-After": str(STORE_BUSY_RETRY_SEC)}),
     Row(errors.StoreFull, 507, "disk_full"),
+    Row(errors.OwnerMoved, 503, "owner_moved"),
     Row(errors.StoreError, 503, "store_unavailable"),
     Row(errors.BackendBusy, 503, "backend_busy", {"Retry-After": str(BACKEND_BUSY_RETRY_SEC)}),
     Row(errors.NotFound, 404, "not_found"),

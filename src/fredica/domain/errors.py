@@ -52,8 +52,18 @@ class StoreError(FredicaError):
     """The task store failed."""
 
 
+class OwnerMoved(StoreError):
+    """The task belongs to another node now: this node holds only a replica of it. Send
+    reports to its new owner (this one keeps nothing of them)."""
+
+
 class StoreBusy(StoreError):
     """The database stayed busy or locked; try again shortly."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached (restarting, refusing connections, failing over); the
+    store reconnects by itself, try again shortly."""
 
 
 class StoreFull(StoreError):

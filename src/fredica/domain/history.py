@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fredica.domain import errors
+from fredica.domain.models import Pipeline, Task
 
 MAX_QUERY_CHARS = 200  # a search text longer than this is refused
 
@@ -52,3 +54,66 @@ def check_filter(where: ListFilter | None) -> None:
 
 def _is_time(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# --- the same rules on rows in hand (replicas: `scope=cluster`) ---------------------------------
+def _within(where: ListFilter, created_at: float) -> bool:
+    if where.since is not None and created_at < where.since:
+        return False
+    return where.until is None or created_at < where.until
+
+
+def _prefix(value: str | None, q: str) -> bool:
+    return value is not None and value.lower().startswith(q)
+
+
+def _anywhere(value: object, q: str) -> bool:
+    return isinstance(value, str) and q in value.lower()
+
+
+def pipeline_text_matches(pipeline: Pipeline, q: str) -> bool:
+    """`q` (lower case) matches the pipeline's id or material by prefix, or its source or
+    title anywhere."""
+    return (
+        _prefix(pipeline.id, q)
+        or _prefix(pipeline.material_id, q)
+        or _anywhere(pipeline.params.get("source"), q)
+        or _anywhere(pipeline.params.get("title"), q)
+    )
+
+
+def pipeline_matches(
+    where: ListFilter, pipeline: Pipeline, ran_a_task: Callable[[str], bool]
+) -> bool:
+    """Whether `pipeline` passes `where`, by the rules of `ListFilter` (`ran_a_task(node)`:
+    whether that node claimed a task of the pipeline, asked only when it decides)."""
+    if not _within(where, pipeline.created_at):
+        return False
+    if where.template is not None and pipeline.template != where.template:
+        return False
+    if where.q and not pipeline_text_matches(pipeline, where.q.lower()):
+        return False
+    if where.node is not None and pipeline.owner_id != where.node:
+        return ran_a_task(where.node)
+    return True
+
+
+def task_matches(where: ListFilter, task: Task, pipeline: Pipeline | None) -> bool:
+    """Whether `task` passes `where`, by the rules of `ListFilter` (`pipeline`: its pipeline,
+    if it has one and it is known)."""
+    if not _within(where, task.created_at):
+        return False
+    if where.node is not None and task.claimed_by != where.node:
+        return False
+    if where.template is not None and (pipeline is None or pipeline.template != where.template):
+        return False
+    if not where.q:
+        return True
+    q = where.q.lower()
+    return (
+        _prefix(task.id, q)
+        or _prefix(task.pipeline_id, q)
+        or _prefix(task.material_id, q)
+        or _anywhere(task.type, q)
+        or (pipeline is not None and pipeline_text_matches(pipeline, q))
+    )

@@ -30,6 +30,7 @@ REPORTED_INFO = (
     "disk_min_free",  # bytes it keeps free (seed 001 §7.7)
     "disk_held",  # the disk-heavy task types it leaves to others for lack of room
     "active_api_calls",  # its cloud calls in flight per backend (seed 001 §7.8)
+    "cloud_spend_today",  # its cloud spend of today (UTC), for the cluster's daily budgets
 )
 
 

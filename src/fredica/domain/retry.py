@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from fredica.domain.models import ErrorType, TaskStatus
@@ -27,6 +28,22 @@ class RetryDecision:
     retry_after: float | None
     excluded_nodes: list[str]
     stored_error_type: str
+
+
+def stranded(excluded_nodes: Sequence[str], runnable_on: Iterable[str]) -> bool:
+    """Whether a pending task can run nowhere any more: every online node that could run its
+    type is in its `excluded_nodes` (RESOURCE failures), or no online node can run it at all
+    after it failed somewhere. Such a task fails with the reason instead of waiting forever."""
+    return bool(excluded_nodes) and set(runnable_on) <= set(excluded_nodes)
+
+
+def stranded_reason(excluded_nodes: Sequence[str], error: str | None) -> str:
+    """The error a stranded task fails with (what the UI and CLI show)."""
+    last = f"; last error: {error}" if error else ""
+    return (
+        "no online node may run it any more: excluded after RESOURCE failures on "
+        f"{', '.join(excluded_nodes)}{last} (`fredica task retry` runs it again)"
+    )
 
 
 def decide(

@@ -306,6 +306,9 @@ class BackendSelector:
         by token, and handing it back at once would have it claimed again at once."""
         if self.limits is None or not task.publisher_id:
             return
+        refusal = self.limits.refusal(task.publisher_id)
+        if refusal and task.cloud_preference is models.CloudPreference.CLOUD_ONLY:
+            raise errors.PermanentError(f"{task.type}: cloud_only, but {refusal}")
         spent = self.limits.budget_reached(task.publisher_id)
         if spent and spent != self.limits.budget_reached(None) and spent in reasons:
             raise errors.RateLimitedError(

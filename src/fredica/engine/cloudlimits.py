@@ -8,18 +8,25 @@ A backend's ceiling is the smallest of
 - the cluster's room: `cluster.api_rate_limits.<backend>.cluster_max_concurrent` less the
   calls the other nodes reported in their heartbeats (this node's own calls are counted by
   the selector against the ceiling),
-- 0 once today's (UTC) cloud spend reached `scheduling.max_cloud_cost_per_day_usd`.
+- 0 once today's (UTC) cloud spend of the whole cluster reached
+  `scheduling.max_cloud_cost_per_day_usd` (and a publisher token's cloud work, once that
+  token's spend on all nodes reached its own budget).
 
 Spend comes from what the cloud executors report (`executors.usage.charge`: the provider's
 own count of tokens, characters or minutes at the configured `cost_per_unit_usd`). It is
 kept per UTC day, in total and per publisher token, in `<data_dir>/cloud_spend.json`, so a
 restart does not reset it. Calls in flight when the budget runs out still finish and count.
+Each node reports its own spend of today (`spend_report`, in `/cluster/info` and heartbeats);
+its peers add up the reports of the same UTC day (`set_peer_spend`), of offline nodes too (what
+they spent is spent), so the budget is the cluster's, not each node's. Spend a node has not
+reported yet (between two heartbeats) can overshoot the budget by what was spent meanwhile.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -53,6 +60,8 @@ class CloudLimits:
         cluster_max: Mapping[str, int] | None = None,
         daily_budget_usd: float | None = None,
         publisher_budget: Callable[[str], float | None] | None = None,
+        publisher_cloud: Callable[[str, str], str | None] | None = None,
+        sections: Mapping[str, str] | None = None,
         restore_after: float = 60.0,
         data_dir: Path | None = None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -64,6 +73,10 @@ class CloudLimits:
         self.daily_budget_usd = daily_budget_usd
         #: a publisher token's daily cloud budget (None: no limit)
         self.publisher_budget = publisher_budget or (lambda _token: None)
+        #: why a publisher token may not use the cloud for a capability section (None: it may)
+        self.publisher_cloud = publisher_cloud or (lambda _token, _section: None)
+        #: the capability section of each cloud backend ('ai_analyze'), for `publisher_cloud`
+        self.sections = dict(sections or {})
         self.restore_after = restore_after
         self._path = data_dir / SPEND_FILE if data_dir is not None else None
         self._monotonic = monotonic
@@ -71,6 +84,8 @@ class CloudLimits:
         self._lock = threading.Lock()
         self._backoff: dict[str, _Backoff] = {}
         self._peers: dict[str, dict[str, int]] = {}
+        #: other nodes' spend today (their reports of this UTC day): node -> (total, by token)
+        self._peer_spend: dict[str, tuple[float, dict[str, float]]] = {}
         self._day = ""
         self._spend: dict[str, dict[str, float]] = {"backend": {}, "publisher": {}}
         self._total = 0.0
@@ -83,15 +98,18 @@ class CloudLimits:
         capabilities: Iterable[catalog.Capability],
         data_dir: Path | None,
         publisher_budget: Callable[[str], float | None] | None = None,
+        publisher_cloud: Callable[[str, str], str | None] | None = None,
     ) -> CloudLimits:
         """The limits worker.yaml sets for the cloud backends this node declares
         (`publisher_budget`: a token's budget as the file says now; default: the tokens of
-        `cfg`)."""
+        `cfg`; `publisher_cloud`: why a token may not use the cloud for a section)."""
         tops: dict[str, int] = {}
+        sections: dict[str, str] = {}
         for cap in capabilities:
             if cap.is_cloud:
                 limit = cap.metadata.get("max_concurrent", "")
                 tops[cap.backend] = max(tops.get(cap.backend, 0), int(limit) if limit else 1)
+                sections[cap.backend] = cap.function.value.lower()
         if publisher_budget is None:
             budgets = {
                 t.id: t.permissions.max_cloud_cost_per_day_usd for t in cfg.auth.access_tokens
@@ -104,6 +122,8 @@ class CloudLimits:
             },
             daily_budget_usd=cfg.scheduling.max_cloud_cost_per_day_usd,
             publisher_budget=publisher_budget,
+            publisher_cloud=publisher_cloud,
+            sections=sections,
             restore_after=cfg.scheduling.rate_limit_restore_sec,
             data_dir=data_dir,
         )
@@ -159,6 +179,44 @@ class CloudLimits:
             self._peers = clean
         return changed
 
+    def spend_report(self) -> dict[str, object]:
+        """This node's spend today, as its peers add it up (`set_peer_spend`)."""
+        with self._lock:
+            self._roll_day()
+            return {
+                "day": self._day,
+                "total_usd": round(self._total, 6),
+                "by_publisher": {k: round(v, 6) for k, v in self._spend["publisher"].items()},
+            }
+
+    def set_peer_spend(self, reports: Mapping[str, object]) -> bool:
+        """What the other nodes last reported of their spend (`spend_report`); only reports of
+        this node's UTC day count, malformed ones are ignored. Whether that changed anything."""
+        with self._lock:
+            self._roll_day()
+            clean = {
+                node: parsed
+                for node, report in reports.items()
+                if (parsed := _spend_of(report, self._day)) is not None
+            }
+            changed = clean != self._peer_spend
+            self._peer_spend = clean
+        return changed
+
+    def cluster_spent_today(self, publisher: str | None = None) -> float:
+        """Today's cloud spend of every node reported (this one's included), in total or of
+        one publisher token."""
+        with self._lock:
+            self._roll_day()
+            return self._cluster_spent(publisher)
+
+    def _cluster_spent(self, publisher: str | None) -> float:
+        """`cluster_spent_today`; lock held."""
+        if publisher is None:
+            return self._total + sum(total for total, _ in self._peer_spend.values())
+        own = self._spend["publisher"].get(publisher, 0.0)
+        return own + sum(by.get(publisher, 0.0) for _, by in self._peer_spend.values())
+
     def peer_calls(self, backend: str) -> int:
         with self._lock:
             return sum(per.get(backend, 0) for per in self._peers.values())
@@ -170,10 +228,14 @@ class CloudLimits:
         if not self.max_concurrent:  # no cloud backend here
             return out
         cap = self.publisher_budget(publisher) if publisher else None  # may read the file
+        refused = self._refused(publisher)
         with self._lock:
             self._roll_day()
             spent = self._over_budget(publisher, cap)
             for backend, top in self.max_concurrent.items():
+                if backend in refused:
+                    out[backend] = (0, refused[backend])
+                    continue
                 limit, why = top, ""
                 adaptive = self._adaptive(backend)
                 if adaptive is not None and adaptive < limit:
@@ -191,6 +253,22 @@ class CloudLimits:
                     out[backend] = (limit, why)
         return out
 
+    def _refused(self, publisher: str | None) -> dict[str, str]:
+        """Cloud backends the publisher's token may not use here, and why."""
+        if not publisher:
+            return {}
+        out = {}
+        for backend in self.max_concurrent:
+            why = self.publisher_cloud(publisher, self.sections.get(backend, ""))
+            if why:
+                out[backend] = why
+        return out
+
+    def refusal(self, publisher: str | None) -> str:
+        """Why the publisher's token may use no cloud backend of this node ('' if it may)."""
+        refused = self._refused(publisher)
+        return next(iter(refused.values()), "")
+
     def state(self, active_by_backend: Mapping[str, int]) -> dict[str, object]:
         """What `/api/v1/status` shows: calls in flight, the ceilings below max_concurrent
         and why, today's spend against the budget."""
@@ -199,6 +277,7 @@ class CloudLimits:
             "max_concurrent": dict(self.max_concurrent),
             "limited": {b: {"limit": n, "why": why} for b, (n, why) in self.ceilings().items()},
             "spent_today_usd": round(self.spent_today(), 6),
+            "cluster_spent_today_usd": round(self.cluster_spent_today(), 6),
             "max_cloud_cost_per_day_usd": self.daily_budget_usd,
         }
 
@@ -242,18 +321,21 @@ class CloudLimits:
         return max(1.0, (midnight - now).total_seconds())
 
     def _over_budget(self, publisher: str | None, cap: float | None) -> str:
-        """Why the cloud is off (`cap`: the publisher's budget); lock held."""
-        if self.daily_budget_usd is not None and self._total >= self.daily_budget_usd:
+        """Why the cloud is off (`cap`: the publisher's budget); lock held. Both budgets are
+        the cluster's: the spend of every node that reported today."""
+        where = " on all nodes" if self._peer_spend else ""
+        total = self._cluster_spent(None)
+        if self.daily_budget_usd is not None and total >= self.daily_budget_usd:
             return (
                 f"max_cloud_cost_per_day_usd ${self.daily_budget_usd:g} reached"
-                f" (${self._total:.4f} spent today)"
+                f" (${total:.4f} spent today{where})"
             )
         if cap is not None and publisher is not None:
-            spent = self._spend["publisher"].get(publisher, 0.0)
+            spent = self._cluster_spent(publisher)
             if spent >= cap:
                 return (
                     f"token {publisher} reached its max_cloud_cost_per_day_usd ${cap:g}"
-                    f" (${spent:.4f} spent today)"
+                    f" (${spent:.4f} spent today{where})"
                 )
         return ""
 
@@ -266,6 +348,7 @@ class CloudLimits:
             self._day = today
             self._spend = {"backend": {}, "publisher": {}}
             self._total = 0.0
+            self._peer_spend = {}  # reports of the day that ended
 
     def _snapshot(self) -> dict[str, object]:
         return {
@@ -298,6 +381,21 @@ class CloudLimits:
             os.replace(tmp, self._path)
         except OSError as exc:
             logger.warning("cloud spend not saved: %s", exc, extra={"action": "cloud_spend"})
+
+
+def _spend_of(report: object, day: str) -> tuple[float, dict[str, float]] | None:
+    """A peer's `spend_report` of `day` as (total, by token); None if of another day or
+    malformed (a report is what a peer sent: never trusted to be well formed)."""
+    if not isinstance(report, dict) or report.get("day") != day:
+        return None
+    try:
+        total = float(report.get("total_usd") or 0.0)
+        by = {str(k): float(v) for k, v in dict(report.get("by_publisher") or {}).items()}
+    except (TypeError, ValueError):
+        return None
+    if not all(math.isfinite(v) and v >= 0 for v in (total, *by.values())):
+        return None
+    return total, by
 
 
 @dataclass

@@ -163,6 +163,9 @@ class WorkerEngine:
         self.selector: BackendSelector | None = None
         #: the score gate against the peers (set by the node when it has peers)
         self.gate: ClaimGate | None = None
+        #: per task id, the gate its attempt's checkpoints wait at (set by a node whose
+        #: pipelines can move to other owners: `node.ownership`)
+        self.gate_for: Callable[[str], Callable[[], bool] | None] | None = None
         self._pausable = registry.pausable_map()
         self._active_by_backend: dict[str, int] = {}
         self._background: set[asyncio.Future[Any]] = set()
@@ -571,6 +574,7 @@ class WorkerEngine:
             ahead=ahead,
             ahead_types=short & types,
             deferred_types=gate.deferred_types,
+            defer_wait=self.gate.defer_window if self.gate is not None else None,
             soft_elsewhere=gate.soft_elsewhere,
             soft_wait=self.gate.defer_window if self.gate is not None else 0.0,
         )
@@ -602,6 +606,8 @@ class WorkerEngine:
 
     def _launch(self, task: models.Task, claimed: float) -> None:
         control = TaskControl(task.id, task.attempt, self.ledger)
+        if self.gate_for is not None:
+            control.gate = self.gate_for(task.id)
         now = time.monotonic()
         running = _Running(task, control, launched=now)
         if task.status is TaskStatus.RUNNING:

@@ -22,6 +22,7 @@ from fredica.executors.ledger import ProcessLedger
 logger = logging.getLogger(__name__)
 
 PauseListener = Callable[[bool, str | None], None]
+GATE_POLL_SEC = 0.1  # seconds between looks at a closed gate
 
 
 class TaskControl:
@@ -41,6 +42,10 @@ class TaskControl:
         self.pause_reason: str | None = None
         self.self_paused = False
         self._process_groups: set[int] = set()
+        #: may this attempt go on? (None: always.) False while its node cannot confirm that it
+        #: still owns the task's pipeline (DESIGN §4.11): `checkpoint` waits, so work that
+        #: another node may have taken over does nothing visible meanwhile
+        self.gate: Callable[[], bool] | None = None
         self._listeners: list[PauseListener] = []
         self._pause_hooks: list[Callable[[bool], None]] = []
 
@@ -111,13 +116,32 @@ class TaskControl:
         self._set_paused(False, None)
 
     async def checkpoint(self) -> None:
-        """Block while paused; raise `TaskCancelled` once cancelled."""
+        """Block while paused or while the gate is closed; raise `TaskCancelled` once
+        cancelled."""
         if self._cancelled:
             raise errors.TaskCancelled(self.cancel_reason)
+        if self.gate is not None and not self.gate():
+            await self._hold()
         if self._paused:
             await self._running_waiter().wait()
             if self._cancelled:
                 raise errors.TaskCancelled(self.cancel_reason)
+
+    async def _hold(self) -> None:
+        """Wait until the gate opens again or the attempt is cancelled (a cancel wins)."""
+        assert self.gate is not None
+        logger.info(
+            "task %s waits: its node cannot confirm that it still owns the task",
+            self.task_id,
+            extra={"action": "owner_gate"},
+        )
+        while not self.gate():
+            if self._cancelled:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._cancel_waiter().wait(), GATE_POLL_SEC)
+        if self._cancelled:
+            raise errors.TaskCancelled(self.cancel_reason)
 
     async def wait_cancelled(self) -> None:
         await self._cancel_waiter().wait()

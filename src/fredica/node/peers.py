@@ -16,6 +16,7 @@ from typing import Any
 
 from fredica import __version__
 from fredica.cluster import protocol
+from fredica.cluster.router import Authority
 from fredica.domain import errors
 from fredica.domain.models import JSON, TaskStatus
 from fredica.domain.node_state import REPORTED_INFO
@@ -50,6 +51,28 @@ class PeerDesk:
         self._engine = engine
         self._info = info
         self._changed = changed
+        #: set by the node whose pipelines can move: while it says no, peers' claims and
+        #: reports wait (503), since another node may own those rows by now
+        self.authority: Authority | None = None
+
+    def _check(self, task_id: str | None = None) -> None:
+        if self.authority is not None and not self.authority.may_act(task_id):
+            raise errors.StoreError(
+                "this node cannot confirm now that it owns these rows (out of contact with "
+                "its peers, or handing them off); try again later"
+            )
+
+    async def _moved(self, task_id: str) -> str | None:
+        """The owner a task this node no longer owns moved to (None: not moved)."""
+        replica = await self._store.replica_task(task_id)
+        if replica is not None and replica.owner_id != self._store.node_id:
+            return replica.owner_id
+        return None
+
+    async def _raise_if_moved(self, task_id: str) -> None:
+        owner = await self._moved(task_id)
+        if owner is not None:
+            raise errors.OwnerMoved(f"task {task_id} is owned by node {owner} now")
 
     def info(self) -> JSON:
         return {**self._info(), "version": __version__}
@@ -84,6 +107,7 @@ class PeerDesk:
         return await self._once(node_id, request_id, lambda: self._claim(node_id, body))
 
     async def _claim(self, node_id: str, body: JSON) -> JSON:
+        self._check()
         flt = protocol.decode("claim filter", protocol.filter_from_json, body)
         if flt.limit < 1 or flt.limit > 1000:
             raise errors.InvalidRequest(f"filter.limit must be 1-1000, got {flt.limit}")
@@ -119,8 +143,12 @@ class PeerDesk:
         pairs = protocol.decode("tasks", protocol.pairs_from_json, tasks)
         if isinstance(node, dict):
             await self._record_peer(node_id, node)
+        if pairs:
+            self._check()
         feedback = await self._store.heartbeat(pairs, node_id) if pairs else []
-        return {"task_status_feedback": [protocol.feedback_to_json(f) for f in feedback]}
+        # a task that moved to another owner is not "lost": say nothing of it here
+        kept = [f for f in feedback if f.still_owned or not await self._moved(f.task_id)]
+        return {"task_status_feedback": [protocol.feedback_to_json(f) for f in kept]}
 
     async def _record_peer(self, node_id: str, node: JSON) -> None:
         """A heartbeat carries the claimer's load; keep it in the node registry."""
@@ -143,9 +171,22 @@ class PeerDesk:
         )
 
     async def report(self, body: JSON) -> JSON:
-        """One report of a claimer: `op` names which (see `cluster.remote.RemoteOwner`)."""
+        """One report of a claimer: `op` names which (see `cluster.remote.RemoteOwner`). A
+        report of a task that moved to another owner answers `OwnerMoved` (503): the claimer
+        keeps it and sends it to the new owner."""
+        try:
+            return await self._report(body)
+        except errors.NotFound:
+            task_id = body.get("task_id") or (body.get("failure") or {}).get("task_id")
+            if isinstance(task_id, str):
+                await self._raise_if_moved(task_id)
+            raise
+
+    async def _report(self, body: JSON) -> JSON:
         op = body.get("op")
         node_id = _node_id(body)
+        if op in ("complete", "fail", "start", "release"):
+            self._check(body.get("task_id") if isinstance(body.get("task_id"), str) else None)
         if op == "complete":
             return await self._complete(node_id, body)
         if op == "progress":
@@ -197,9 +238,13 @@ class PeerDesk:
         flt = None
         if body.get("claim") is not None:
             flt = protocol.decode("claim filter", protocol.filter_from_json, body["claim"])
+        for item in items:
+            self._check(item.task_id)
         outcomes, claimed = await self._store.complete_and_claim(items, flt, node_id, starts)
         answered: list[Completed | errors.FredicaError] = []
         for item, outcome in zip(items, outcomes, strict=True):
+            if isinstance(outcome, errors.NotFound) and await self._moved(item.task_id):
+                outcome = errors.OwnerMoved(f"task {item.task_id} moved to another owner")
             if isinstance(outcome, errors.IllegalTransition):
                 # a completion sent again because its answer was lost: already accepted
                 task = await self._store.get_task(item.task_id)

@@ -16,7 +16,7 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,12 +43,15 @@ from fredica.executors import network_test, tasklog
 from fredica.node import (
     cleanup,
     cluster,
+    cluster_reads,
     disk,
     gctune,
     notify,
+    ownership,
     quality,
     recovery,
     servable,
+    stranded,
     sweeper,
     task_files,
 )
@@ -80,6 +83,7 @@ KEY_PREVIOUS_SHUTDOWN = "previous_shutdown_type"
 KEY_RECOVERY = "startup_recovery"
 REPLICA_BATCH = 500  # rows per replication pull
 STOP_STEP_SEC = 10.0  # seconds a step of stopping may take beyond the shutdown grace
+HANDOFF_STOP_SEC = 20.0  # seconds a clean stop may spend handing its pipelines to a peer
 NOTIFY_FLUSH_SEC = 5.0  # seconds a stopping node gives its webhook for the notices left
 PUSH_INTERVAL = 0.25  # seconds: at most one change notice to the peers per interval
 KEY_DRAINING = "draining"  # "1" while drained: survives a restart until `undrain`
@@ -192,6 +196,8 @@ class Node:
                 instance=self.instance,
             )
             work_store = self.router = OwnerRouter(store, self.membership, self.peer_info)
+        #: the home cluster: this node's pipelines move to a peer when it leaves or is silent
+        self.ownership: ownership.Ownership | None = None
         #: zeroconf announce and browse (`cluster.mode: auto`); seeds only in `manual`
         self.discovery: discovery.Discovery | None = None
         if self.membership is not None and cfg.cluster.mode == "auto":
@@ -222,6 +228,24 @@ class Node:
             self._owner_changed,
             self.membership.refused_copy if self.membership is not None else None,
         )
+        if self.membership is not None and self.router is not None:
+            self.ownership = ownership.Ownership(
+                settings.node_id,
+                store,
+                self.membership,
+                self.router,
+                cfg.cluster.originator_wait_sec,
+                self.clock,
+                self.changes.notify,
+                self._owner_changed,
+                self.engine.signal_cancel,
+                takeover=cfg.cluster.takeover,
+            )
+            self.router.authority = self.peers.authority = self.ownership
+            self.engine.gate_for = self.router.gate_for
+        self._handoff_on_stop = cfg.cluster.handoff_on_stop
+        self._always_on = cfg.node.always_on
+        self._up_since = time.monotonic()
         self.auth = auth.Authenticator(cfg.auth, self.clock, settings.config_path)
         self.previous_shutdown: ShutdownType = ShutdownType.FIRST_START
         self.recovery: RecoveryReport | None = None
@@ -229,6 +253,7 @@ class Node:
         self.started_at: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._presence: asyncio.Task[None] | None = None
+        self._stranded: asyncio.Task[None] | None = None
         self._lock = DataDirLock(settings.data_dir)
         self._background: set[asyncio.Future[Any]] = set()
         hashes = files.FileHashes()
@@ -293,7 +318,11 @@ class Node:
             BackendSelector.from_config, cfg, self._plugin_functions()
         )
         selector.limits = CloudLimits.from_config(
-            cfg, selector.capabilities, self.settings.data_dir, self.auth.cloud_budget
+            cfg,
+            selector.capabilities,
+            self.settings.data_dir,
+            self.auth.cloud_budget,
+            self.auth.cloud_refusal,
         )
         self.engine.selector = selector
         updates = selector.runtime_cache_updates(cfg)
@@ -323,12 +352,19 @@ class Node:
             logger.info(
                 "node is draining (fredica node undrain ends it)", extra={"action": "drain"}
             )
+        if self.ownership is not None:
+            # before the engine's first claim: unsettled hand-offs stay frozen
+            await self.ownership.start(await self._last_presence())
         gctune.tune_once()  # start-up has built what lives as long as the process
         self.recovery = await self.engine.start()
         await self._store.set_config(KEY_RECOVERY, json.dumps(self.recovery.summary()))
         await self.register_self()
         self.started_at = now
         self._presence = asyncio.create_task(self._presence_loop(), name="fredica-presence")
+        self._stranded = asyncio.create_task(
+            stranded.watch(self.fail_stranded, self.settings.engine_settings().poll_interval),
+            name="fredica-stranded",
+        )
         self._sweeping = asyncio.create_task(self.sweeper.run(self.changes), name="fredica-sweep")
         if self.notifier.enabled:
             await self._start_notifier()
@@ -342,6 +378,11 @@ class Node:
             self.previous_shutdown.value,
             extra={"action": "node_start"},
         )
+
+    async def _last_presence(self) -> float | None:
+        """When this node last recorded itself in its node registry (its own clock)."""
+        mine = next((n for n in await self._store.list_nodes() if n.id == self.node_id), None)
+        return mine.last_seen_at if mine is not None and mine.last_seen_at else None
 
     def _plugin_functions(self) -> dict[str, catalog.CapabilityFunction | None]:
         """Capability functions of executor types the seed's table does not know (plugins)."""
@@ -378,6 +419,7 @@ class Node:
                     "scores": self.type_scores(),
                     **self.disk_info(),
                     "active_api_calls": self.active_api_calls(),
+                    "cloud_spend_today": self.cloud_spend_today(),
                 },
             )
         )
@@ -438,6 +480,8 @@ class Node:
         result kept across the crash still counts)."""
         if self.router is None:
             return
+        if self.ownership is not None:
+            await self.ownership.on_contact(owner, first)
         await self.router.deliver_outbox(owner)
         await self.pull_replica(owner)
         if first:
@@ -532,7 +576,18 @@ class Node:
             "scores": self.type_scores(),
             **self.disk_info(),
             "active_api_calls": self.active_api_calls(),
+            "always_on": self._always_on,
+            "uptime_sec": round(time.monotonic() - self._up_since, 1),
+            **(self.ownership.info() if self.ownership is not None else {}),
+            "cloud_spend_today": self.cloud_spend_today(),
         }
+
+    def cloud_spend_today(self) -> dict[str, Any] | None:
+        """This node's cloud spend of today (UTC), for the peers' cluster-wide budgets."""
+        selector = self.engine.selector
+        if selector is None or selector.limits is None:
+            return None
+        return selector.limits.spend_report()
 
     def active_api_calls(self) -> dict[str, int]:
         """This node's cloud API calls in flight per backend (seed 001 §7.8)."""
@@ -583,23 +638,26 @@ class Node:
         )
 
     async def refresh_cloud_limits(self) -> None:
-        """Give the cloud limits the API calls the live peers last reported, for the
-        cluster-wide `cluster_max_concurrent` (seed 001 §7.8)."""
+        """Give the cloud limits what the peers last reported: the API calls of the live ones,
+        for the cluster-wide `cluster_max_concurrent` (seed 001 §7.8), and today's spend of
+        every one (offline too: spent is spent), for the cluster-wide daily budgets."""
         selector = self.engine.selector
-        if selector is None or selector.limits is None or not selector.limits.cluster_max:
+        if selector is None or selector.limits is None or not selector.limits.max_concurrent:
             return
         now = await self._store.now()
         fresh = now - self.settings.engine_settings().stale_after
+        peers = [row for row in await self._store.list_nodes() if row.id != self.node_id]
         changed = selector.limits.set_peer_calls(
             {
                 row.id: dict(row.info.get("active_api_calls") or {})
-                for row in await self._store.list_nodes()
-                if row.id != self.node_id
-                and row.status not in ("offline",)
-                and row.last_seen_at >= fresh
+                for row in peers
+                if row.status not in ("offline",) and row.last_seen_at >= fresh
             }
         )
-        if changed:
+        spent = selector.limits.set_peer_spend(
+            {row.id: row.info.get("cloud_spend_today") for row in peers}
+        )
+        if changed or spent:
             self.engine.wake()  # room freed on the peers is claimable now
 
     def _capability_rows(self) -> list[dict[str, Any]]:
@@ -625,12 +683,18 @@ class Node:
     async def stop(self, grace: float | None = None) -> None:
         """Graceful stop: finish or release running work, then record a CLEAN shutdown."""
         self.changes.close()
-        for side in (self._presence, self._sweeping):
+        for side in (self._presence, self._stranded, self._sweeping):
             if side is not None:
                 await _cancel(side)
         if self.discovery is not None:
             # unregister (mDNS goodbye) while the network is up
             await self._bounded("mDNS discovery", self.discovery.stop(), STOP_STEP_SEC)
+        if self.ownership is not None:
+            if self._handoff_on_stop:
+                # while the peers are still there; the running work then reports to the new
+                # owners until the engine releases it
+                await self._bounded("the hand-off", self._hand_off_quietly(), HANDOFF_STOP_SEC)
+            await self.ownership.stop()
         shutdown_grace = self.settings.engine_settings().shutdown_grace if grace is None else grace
         await self._bounded("the engine", self.engine.stop(grace), shutdown_grace + STOP_STEP_SEC)
         if self.membership is not None:
@@ -709,31 +773,97 @@ class Node:
                 len(spec.tasks),
                 recent,
             )
-        await self._refuse_unservable(spec)
+            kept = auth.keep_local(publisher, spec.tasks, self._cloud_section)
+            made_local = {
+                new.type: refusal
+                for old, new in zip(spec.tasks, kept, strict=True)
+                if old.cloud_preference is not new.cloud_preference
+                and (refusal := auth.cloud_refusal(publisher, self._cloud_section(new) or ""))
+            }
+            spec = dataclasses.replace(spec, tasks=kept)
+        await self._refuse_unservable(spec, made_local if publisher is not None else {})
         pipeline, deduplicated = await self._store.create_pipeline(spec)
         if not deduplicated:
             self.changes.notify(pipeline.id)
             self.engine.wake()
         return pipeline, deduplicated
 
-    async def _refuse_unservable(self, spec: models.NewPipeline) -> None:
+    def _cloud_section(self, task: models.NewTask) -> str | None:
+        """The capability section whose cloud permission a task needs ('ai_analyze'), if
+        its function is known."""
+        selector = self.engine.selector
+        if selector is not None:
+            function = selector.function_of(task.type, task.payload)
+        else:
+            function = task_types.TASK_FUNCTIONS.get(task.type)
+        return function.value.lower() if function is not None else None
+
+    async def _refuse_unservable(
+        self, spec: models.NewPipeline, made_local: Mapping[str, str] | None = None
+    ) -> None:
         """`InvalidRequest` naming the task types of `spec` that no known node (any row of the
-        node registry, this node by its live view) can ever run."""
+        node registry, this node by its live view) can ever run; `Forbidden` when that is
+        because the token keeps a type local (`made_local`: type -> the token's limit) and no
+        node has a local backend for it."""
         selector = self.engine.selector
         if selector is None:  # not started: what this node can do is not known yet
             return
-        here = servable.NodeView(
-            self.node_id,
-            frozenset(c.function for c in selector.capabilities),
-            self.servable_types(),
-        )
+        here = self._own_view()
         if not servable.unservable(spec.tasks, [here], selector.plugin_functions):
             return  # this node can run it all: the registry cannot change the answer
         rows = await self._store.list_nodes()
         views = [servable.NodeView.of(r) for r in rows if r.id != self.node_id]
         found = servable.unservable(spec.tasks, [*views, here], selector.plugin_functions)
-        if found:
-            raise errors.InvalidRequest(servable.describe(found, selector.why_not))
+        if not found:
+            return
+        message = servable.describe(found, selector.why_not)
+        made_local = made_local or {}
+        limits = sorted({made_local[u.task_type] for u in found if u.task_type in made_local})
+        if limits:
+            raise errors.Forbidden(f"{'; '.join(limits)}: {message}")
+        raise errors.InvalidRequest(message)
+
+    def _own_view(self) -> servable.NodeView:
+        """What this node can run, from its live capabilities."""
+        selector = self.engine.selector
+        caps = [] if selector is None else selector.capabilities
+        return servable.NodeView(
+            self.node_id,
+            frozenset(c.function for c in caps),
+            self.servable_types(),
+            frozenset(c.function for c in caps if c.is_cloud),
+            frozenset(c.function for c in caps if not c.is_cloud),
+        )
+
+    async def fail_stranded(self) -> list[str]:
+        """Fail (with the reason) the pending tasks owned here that every online node able to
+        run them has excluded after RESOURCE failures (`node.stranded`). Returns their ids."""
+        selector = self.engine.selector
+        if selector is None:
+            return []
+        now = await self._store.now()
+        fresh = now - self.settings.engine_settings().stale_after
+        views = [
+            servable.NodeView.of(row)
+            for row in await self._store.list_nodes()
+            if row.id != self.node_id
+            and row.status in ("online", "busy")
+            and row.last_seen_at >= fresh
+        ]
+        here = self._own_view()
+        runnable = stranded.runnable_on(
+            self.known_task_types(), [*views, here], selector.plugin_functions
+        )
+        ids = await self._store.fail_stranded(runnable)
+        if ids:
+            logger.warning(
+                "%d task(s) failed: no online node may run them any more (%s)",
+                len(ids),
+                ", ".join(ids[:5]),
+                extra={"action": "stranded"},
+            )
+            self.changes.notify("")
+        return ids
 
     def servable_types(self) -> frozenset[str]:
         """Task types this node can run at all (executor here, capability declared), busy or
@@ -848,9 +978,13 @@ class Node:
         try:
             return await self._delete_pipeline(pipeline_id)
         except errors.NotFound:
+            owner = await self._owner_of(pipeline_id=pipeline_id)
             answer = await self._forward_pipeline(pipeline_id, "delete")
-            if answer is None:
+            if answer is None or owner is None:
                 raise
+            # the owner's tombstones, read now: the node the user asked shows it gone at once
+            with contextlib.suppress(errors.StoreError):
+                await self.pull_replica(owner)
             return list(answer["deleted_tasks"])
 
     async def _delete_pipeline(self, pipeline_id: str) -> list[str]:
@@ -966,7 +1100,36 @@ class Node:
                 self.engine.running_count,
                 extra={"action": "drain"},
             )
-        return await self._state_changed()
+        answer = await self._state_changed()
+        if (
+            self._handoff_on_stop
+            and self.ownership is not None
+            and self.membership
+            and self.membership.owners()
+        ):
+            answer["handoff"] = await self.ownership.hand_off()
+        return answer
+
+    async def hand_off(self, target: str | None = None) -> dict[str, Any]:
+        """Move every active pipeline this node owns to a peer now (`fredica node handoff`:
+        before this machine sleeps): `target`, else a peer with `node.always_on`, else the one
+        up the longest. Nothing of them then waits for this node."""
+        if self.ownership is None:
+            raise errors.Conflict(
+                "this node has no peers to hand its pipelines to (set cluster.cluster_secret "
+                "and seeds; on PostgreSQL nothing waits on a node anyway)"
+            )
+        answer = await self.ownership.hand_off(target)
+        self.changes.notify("")
+        return answer
+
+    async def _hand_off_quietly(self) -> None:
+        try:
+            answer = await self.hand_off()
+        except errors.FredicaError as exc:
+            logger.info("no hand-off: %s", exc, extra={"action": "handoff"})
+        else:
+            logger.info("hand-off: %s", answer, extra={"action": "handoff"})
 
     async def undrain(self) -> dict[str, Any]:
         """Claim work again."""
@@ -983,7 +1146,8 @@ class Node:
 
     # --- status ----------------------------------------------------------------------------
     def health(self) -> str:
-        """`ok`, or why this node cannot do its work: `engine_failed`, `disk_full`."""
+        """`ok`, or why this node cannot do its work: `engine_failed`, `disk_full`,
+        `store_unavailable` (the database cannot be reached; the store reconnects by itself)."""
         if self.engine.failure is not None:
             return "engine_failed"
         return self._store.degraded or "ok"
@@ -998,7 +1162,12 @@ class Node:
         return self.engine.running_count
 
     async def status(self) -> dict[str, Any]:
-        counts = await self._store.count_by_status()
+        # the status answers while the database is down: it says so instead of failing
+        store_error: str | None = None
+        try:
+            counts: dict[str, int] | None = await self._store.count_by_status()
+        except errors.StoreError as exc:
+            counts, store_error = None, exc.message
         # the disk first: a hand-back (on a thread) between the two reads would otherwise show
         # a held type still among `task_types`; holds only appear, so this order is consistent
         disk = await asyncio.to_thread(self.disk.state)
@@ -1029,13 +1198,23 @@ class Node:
                 "reason": self.engine.quarantine.reason,
             },
             "health": self.health(),
+            # why the store cannot answer now (the database is down or restarting), or None
+            "store_error": store_error,
             # results computed here for other owners, not yet acknowledged (seed 001 §7.4)
-            "outbox": len(await self._store.outbox_list()) if self.router is not None else 0,
+            "outbox": await self._outbox_size(),
             # free space, the work held back for lack of it, and the clean-up (seed 001 §7.7)
             "disk": {**disk, "cleanup": self.sweeper.state()},
             # cloud API calls in flight, their ceilings and today's spend (seed 001 §7.8)
             "cloud": self.cloud_state(),
         }
+
+    async def _outbox_size(self) -> int | None:
+        if self.router is None:
+            return 0
+        try:
+            return len(await self._store.outbox_list())
+        except errors.StoreError:
+            return None
 
     def cloud_state(self) -> dict[str, Any] | None:
         selector = self.engine.selector
@@ -1152,28 +1331,30 @@ class Node:
         task_type: str | None,
         limit: int,
         offset: int,
+        where: ListFilter | None = None,
     ) -> list[models.Task]:
         """This node's tasks and the replicas of every other owner's, in one list (newest
-        first; a pipeline's oldest first)."""
+        first; a pipeline's oldest first), searched and filtered by `where` on both."""
         want = limit + offset
-        local = await self._store.list_tasks(pipeline_id, status, task_type, want, 0)
-        remote = [
-            t
-            for t in await self._store.replica_tasks(pipeline_id, status, want, 0)
-            if task_type is None or t.type == task_type
-        ]
-        merged = sorted(local + remote, key=lambda t: t.created_at, reverse=pipeline_id is None)
+        page = await self._store.page_tasks(pipeline_id, status, task_type, want, None, 0, where)
+        remote = await cluster_reads.replica_tasks(
+            self._store, pipeline_id, status, task_type, want, where
+        )
+        merged = sorted(
+            [*page.items, *remote], key=lambda t: t.created_at, reverse=pipeline_id is None
+        )
         return merged[offset : offset + limit]
 
     async def cluster_pipelines(
-        self, status: str | None, limit: int, offset: int
+        self, status: str | None, limit: int, offset: int, where: ListFilter | None = None
     ) -> list[models.Pipeline]:
-        """This node's pipelines and the replicas of every other owner's, newest first."""
+        """This node's pipelines and the replicas of every other owner's, newest first,
+        searched and filtered by `where` on both."""
         want = limit + offset
         statuses = [status] if status else None
-        local = await self._store.list_pipelines(status, want, 0)
-        remote = await self._store.replica_pipelines(statuses, want, 0)
-        merged = sorted(local + remote, key=lambda p: p.created_at, reverse=True)
+        page = await self._store.page_pipelines(status, want, None, 0, where)
+        remote = await cluster_reads.replica_pipelines(self._store, statuses, want, where)
+        merged = sorted([*page.items, *remote], key=lambda p: p.created_at, reverse=True)
         return merged[offset : offset + limit]
 
     async def list_tasks(
@@ -1230,10 +1411,20 @@ class Node:
         self, task_id: str, attempt: int | None = None, offset: int = 0
     ) -> tasklog.LogChunk:
         """What an attempt of the task printed (None: its latest attempt that left a log),
-        from logical byte `offset`; `NotFound` names what is missing."""
-        await self._store.get_task(task_id)  # NotFound for a task that does not exist
+        from logical byte `offset`, read here or from the node that ran it (any owner's
+        task, `node.cluster_reads`); `NotFound` names what is missing."""
+        task, events = await self.task_with_events(task_id)  # NotFound: no such task
+        executors = {e.node_id for e in events} | {task.claimed_by or "", task.owner_id}
+        executors -= {self.node_id, ""}
+        peer = self.membership.owner if self.membership is not None else (lambda _n: None)
+        return await cluster_reads.read_log(
+            self.settings.data_dir, task_id, executors, peer, attempt, offset
+        )
+
+    async def task_log_here(self, task_id: str, attempt: int | None, offset: int) -> dict[str, Any]:
+        """What this node holds of a task's logs, for a peer reading them (`read_log`)."""
         return await asyncio.to_thread(
-            tasklog.read, self.settings.data_dir, task_id, attempt, offset
+            cluster_reads.local_log, self.settings.data_dir, task_id, attempt, offset
         )
 
     async def count_by_status(self) -> dict[str, int]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -82,8 +82,11 @@ class ClaimFilter:
     ahead: int = 0
     ahead_types: frozenset[str] = frozenset()
     #: types a better node is free to run (seed 001 §6.3 score gate): of these only tasks
-    #: pinned to this node (HARD or SOFT affinity) are claimed
+    #: pinned to this node (HARD or SOFT affinity) are claimed, and a task that has been ready
+    #: for `defer_wait` seconds (its `ready_since`, on the owner's clock): the starvation guard
+    #: (None: no guard)
     deferred_types: frozenset[str] = frozenset()
+    defer_wait: float | None = None
     #: nodes online with free slots: a task SOFT-pinned to one of them is left to it until it
     #: has been ready for `soft_wait` seconds (seed 001 §2.6)
     soft_elsewhere: frozenset[str] = frozenset()
@@ -492,6 +495,12 @@ class TaskStore(ABC):
         are revived."""
 
     @abstractmethod
+    async def fail_stranded(self, runnable_on: Mapping[str, Sequence[str]]) -> list[str]:
+        """pending -> failed (RESOURCE, with the reason) for the tasks owned here that every
+        online node able to run them has excluded (`runnable_on`: task type -> those nodes;
+        other types are left alone). Returns their ids; `retry_task` runs them again."""
+
+    @abstractmethod
     async def skip_task(self, task_id: str, reason: str = "skipped by user") -> Task:
         """pending/failed/cancelled -> skipped (satisfies dependents)."""
 
@@ -651,7 +660,9 @@ class TaskStore(ABC):
     async def apply_replica(self, owner_id: str, batch: ChangeBatch) -> int:
         """Merge `owner_id`'s changed rows into the replica by `(owner_id, change_seq)`, and
         advance its cursor, atomically. Rows of any other owner are refused (InvalidRequest).
-        Returns how many rows were newer than the replica."""
+        A row the owner deleted (a tombstone in this or an earlier batch) is never merged
+        again, whatever order the batches come in. Returns how many rows were newer than the
+        replica."""
 
     @abstractmethod
     async def replica_cursor(self, owner_id: str) -> int:
@@ -717,6 +728,11 @@ class TaskStore(ABC):
     async def moved_away(self, created_by: str) -> list[tuple[str, str, int]]:
         """(pipeline id, owner, epoch) of pipelines `created_by` created that another node
         owns now, from this store's own rows and its replicas."""
+
+    @abstractmethod
+    async def adopted(self) -> list[tuple[str, str, int]]:
+        """(pipeline id, creator, epoch) of this store's own pipelines that moved at least
+        once (a hand-off or a takeover brought them here, or back)."""
 
     @abstractmethod
     async def outbox_readdress(self, task_ids: Sequence[str], owner_id: str) -> int:

@@ -5,9 +5,12 @@ Liveness and recovery act only on the rows the store is authoritative for (`tx.o
 
 from __future__ import annotations
 
+import json
+import math
 import uuid
+from collections.abc import Mapping, Sequence
 
-from fredica.domain import errors
+from fredica.domain import errors, retry
 from fredica.domain.models import (
     ErrorType,
     NewPipeline,
@@ -61,15 +64,10 @@ def create_pipeline(tx: Tx, spec: NewPipeline) -> tuple[Pipeline, bool]:
             tx.now,
         ),
     )
-    inserted_ids = tx.insert_tasks(spec.tasks, pipeline_id, spec.material_id, tx.node_id)
-    for task_spec, (task_id, inserted) in zip(spec.tasks, inserted_ids, strict=True):
-        if not inserted:
-            # Reusing another pipeline's active task would leave this pipeline's routing
-            # hooks unfired (they run for the task's own pipeline): refuse.
-            raise errors.Conflict(
-                f"an active {task_spec.type} task ({task_id}) already does this work "
-                f"for material {spec.material_id}; wait for it or cancel it"
-            )
+    # A new pipeline never adopts another pipeline's active task (that pipeline's routing and
+    # spawn hooks run for the task's own pipeline, and this one's dependents would wait on a
+    # row it does not own): a task whose idempotency key is active elsewhere is its own.
+    tx.insert_tasks(spec.tasks, pipeline_id, spec.material_id, tx.node_id, adopt=False)
     tx.touch_pipeline(pipeline_id)
     tx.flush_pipelines()
     return get_pipeline(tx, pipeline_id), False
@@ -176,7 +174,8 @@ def retry_task(tx: Tx, task_id: str) -> Task:
 
 
 def _retry_row(tx: Tx, row: Row) -> None:
-    """failed/cancelled -> pending as if new (the retry budget is whole again)."""
+    """failed/cancelled -> pending as if new (the retry budget is whole again, and no node is
+    excluded any more: the user retries because something changed)."""
     tx.transition(
         row,
         S.PENDING,
@@ -184,6 +183,7 @@ def _retry_row(tx: Tx, row: Row) -> None:
         message="manual retry",
         retry_count=0,
         retry_after=None,
+        excluded_nodes="[]",
         error=None,
         error_type=None,
         completed_at=None,
@@ -239,6 +239,34 @@ def delete_pipeline(tx: Tx, pipeline_id: str) -> list[str]:
     return [r["id"] for r in rows]
 
 
+def fail_stranded(tx: Tx, runnable_on: Mapping[str, Sequence[str]]) -> list[str]:
+    """Fail the pending tasks owned here that no online node may run any more (see
+    `retry.stranded`; `runnable_on`: task type -> online nodes that can run it; a type not in
+    it is left alone). Returns their ids."""
+    rows = tx.q(
+        f"SELECT {TASK_COLUMNS} FROM task WHERE status = 'pending' AND excluded_nodes <> '[]' "
+        f"AND {tx.own_sql} ORDER BY id{tx.dialect.lock}",
+        tx.own_params,
+    )
+    out = []
+    for row in list(rows):
+        excluded = json.loads(row["excluded_nodes"])
+        if row["type"] not in runnable_on or not retry.stranded(excluded, runnable_on[row["type"]]):
+            continue
+        reason = retry.stranded_reason(excluded, row["error"])
+        tx.transition(
+            row,
+            S.FAILED,
+            event_type="stranded",
+            message=reason,
+            error=reason,
+            error_type=ErrorType.RESOURCE.value,
+            completed_at=tx.now,
+        )
+        out.append(row["id"])
+    return out
+
+
 def skip_task(tx: Tx, task_id: str, reason: str) -> Task:
     row = tx.task_row(task_id)
     status = TaskStatus(row["status"])
@@ -262,14 +290,31 @@ def _scan(tx: Tx, condition: str, params: tuple[float, ...]) -> list[Row]:
     )
 
 
-def monitor(tx: Tx, liveness: Liveness) -> MonitorReport:
+def monitor(tx: Tx, liveness: Liveness, reachable_since: float | None = None) -> MonitorReport:
+    """Mark silent running work stale, reclaim stale work, release work claimed but never
+    started. `reachable_since` (store clock): the database could not be reached before then, so
+    no node could report: silence is only counted from then on."""
     now = tx.now
+    since = reachable_since if reachable_since is not None else -math.inf
     report = MonitorReport([], [], [], [])
+    if since < now - liveness.stale_after:
+        _mark_stale(tx, now, liveness, report)
+    if since < now - liveness.reclaim_after:
+        _reclaim(tx, now, liveness, report)
+    if since < now - liveness.claim_timeout:
+        _release_unstarted(tx, now, liveness, report)
+    return report
+
+
+def _mark_stale(tx: Tx, now: float, liveness: Liveness, report: MonitorReport) -> None:
     for row in _scan(tx, "status = 'running' AND heartbeat_at < ?", (now - liveness.stale_after,)):
         tx.transition(
             row, S.STALE, message=f"no heartbeat for {now - row['heartbeat_at']:.1f}s", stale_at=now
         )
         report.stale.append(row["id"])
+
+
+def _reclaim(tx: Tx, now: float, liveness: Liveness, report: MonitorReport) -> None:
     stale_rows = _scan(tx, "status = 'stale' AND heartbeat_at < ?", (now - liveness.reclaim_after,))
     for row in stale_rows:
         tx.transition(
@@ -290,6 +335,9 @@ def monitor(tx: Tx, liveness: Liveness) -> MonitorReport:
         after = to_task(tx.task_row(row["id"]))
         if after.status is S.FAILED:
             report.failed.append(after)
+
+
+def _release_unstarted(tx: Tx, now: float, liveness: Liveness, report: MonitorReport) -> None:
     for row in _scan(tx, "status = 'claimed' AND claimed_at < ?", (now - liveness.claim_timeout,)):
         tx.transition(
             row,
@@ -299,7 +347,6 @@ def monitor(tx: Tx, liveness: Liveness) -> MonitorReport:
             claimed_by=None,
         )
         report.released.append(row["id"])
-    return report
 
 
 # --- start-up recovery (seed 000, five steps; DESIGN §4.6) ----------------------------------

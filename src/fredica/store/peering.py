@@ -35,6 +35,7 @@ from fredica.store.rows import (
 )
 from fredica.store.tx import Tx
 
+TOMBSTONE_LOOKUP = 500  # ids per tombstone lookup statement
 OUTBOX_COLUMNS = "id, owner_id, task_id, attempt, kind, body, created_at, tries, last_error"
 
 
@@ -94,12 +95,19 @@ def outbox_readdress(tx: Tx, task_ids: Sequence[str], owner_id: str) -> int:
 # --- replicas ---------------------------------------------------------------------------------
 def apply_replica(tx: Tx, owner_id: str, batch: ChangeBatch) -> int:
     """Merge one batch of `owner_id`'s changes (rows of other owners are refused by the
-    caller); returns how many rows were newer than the replica. Atomic with the cursor."""
-    applied = apply_rows(tx, owner_id, batch.tasks, batch.pipelines)
-    for kind, row_id in batch.deleted:
-        table = "replica_task" if kind == "task" else "replica_pipeline"
-        cursor = tx.q(f"DELETE FROM {table} WHERE id = ? AND owner_id = ?", (row_id, owner_id))
-        applied += max(0, cursor.rowcount)
+    caller); returns how many rows were newer than the replica. Atomic with the cursor.
+    Tombstones first: a row deleted by its owner (in this batch or an earlier one) is never
+    merged again from that owner, so a batch read before the delete and applied after it (two
+    pulls at once) cannot bring it back; a later owner's rows of it (ownership moved) can."""
+    applied = _forget_deleted(tx, owner_id, batch)
+    gone = _tombstoned(tx, "task", [t.id for t in batch.tasks], owner_id)
+    gone |= _tombstoned(tx, "pipeline", [p.id for p in batch.pipelines], owner_id)
+    applied += apply_rows(
+        tx,
+        owner_id,
+        [t for t in batch.tasks if ("task", t.id) not in gone],
+        [p for p in batch.pipelines if ("pipeline", p.id) not in gone],
+    )
     tx.q(
         "INSERT INTO replica_cursor (owner_id, cursor, pulled_at) VALUES (?, ?, ?) "
         "ON CONFLICT (owner_id) DO UPDATE SET pulled_at = excluded.pulled_at, "
@@ -147,6 +155,41 @@ def apply_rows(tx: Tx, owner_id: str, tasks: Sequence[Task], pipelines: Sequence
             "",
         )
     return applied
+
+
+def _forget_deleted(tx: Tx, owner_id: str, batch: ChangeBatch) -> int:
+    """Drop the copies of rows `owner_id` deleted and keep their tombstones (stamped with the
+    cursor of the batch that carried them); how many copies went."""
+    deleted = batch.deleted
+    if not deleted:
+        return 0
+    tx.values(
+        "INSERT INTO replica_deleted (kind, id, owner_id, change_seq)",
+        "(?, ?, ?, ?)",
+        [(kind, row_id, owner_id, batch.cursor) for kind, row_id in deleted],
+        " ON CONFLICT (kind, id) DO UPDATE SET owner_id = excluded.owner_id, "
+        "change_seq = excluded.change_seq",
+    )
+    dropped = 0
+    for kind, row_id in deleted:
+        table = "replica_task" if kind == "task" else "replica_pipeline"
+        cursor = tx.q(f"DELETE FROM {table} WHERE id = ? AND owner_id = ?", (row_id, owner_id))
+        dropped += max(0, cursor.rowcount)
+    return dropped
+
+
+def _tombstoned(tx: Tx, kind: str, ids: list[str], owner_id: str) -> set[tuple[str, str]]:
+    """Which of these rows of `kind` a batch of `owner_id` said were deleted."""
+    found: set[tuple[str, str]] = set()
+    for start in range(0, len(ids), TOMBSTONE_LOOKUP):
+        chunk = ids[start : start + TOMBSTONE_LOOKUP]
+        rows = tx.q(
+            f"SELECT id FROM replica_deleted WHERE kind = ? AND owner_id = ? AND id IN "
+            f"({', '.join('?' for _ in chunk)})",
+            (kind, owner_id, *chunk),
+        )
+        found.update((kind, str(r["id"])) for r in rows)
+    return found
 
 
 def _upsert(tx: Tx, table: str, columns: str, values: tuple[Any, ...], extra: str) -> int:
@@ -345,6 +388,11 @@ def adopt(tx: Tx, transfer: Transfer, epoch: int, move: JSON) -> bool:
         tx.q(f"DELETE FROM replica_task WHERE id IN ({marks})", chunk)
         tx.q(f"DELETE FROM replica_pipeline WHERE id IN ({marks})", chunk)
         tx.q(f"DELETE FROM deleted_row WHERE id IN ({marks})", chunk)
+    # what is ready here is ready from now (the starvation window runs on this owner's clock)
+    tx.q(
+        "UPDATE task SET ready_since = ? WHERE pipeline_id = ? AND status = ? AND unmet_deps = 0",
+        (tx.now, pipeline.id, TaskStatus.PENDING.value),
+    )
     tx.recount(pipeline.id)
     tx.ready = True
     return True
@@ -440,6 +488,18 @@ def moved_away(conn: Conn, created_by: str) -> list[tuple[str, str, int]]:
         if json.loads(r["data"]).get("created_by") == created_by:
             out.append((r["id"], r["owner_id"], int(r["owner_epoch"])))
     return sorted(set(out))
+
+
+def adopted(conn: Conn, node_id: str) -> list[tuple[str, str, int]]:
+    """(pipeline id, creator, epoch) of the pipelines `node_id` owns that moved at least once."""
+    return [
+        (r["id"], r["created_by"], int(r["owner_epoch"]))
+        for r in conn.execute(
+            "SELECT id, created_by, owner_epoch FROM pipeline_instance "
+            "WHERE owner_id = ? AND owner_epoch > 0 ORDER BY id",
+            (node_id,),
+        )
+    ]
 
 
 def _chunks(ids: list[str], size: int = 500) -> list[list[str]]:

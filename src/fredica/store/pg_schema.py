@@ -230,6 +230,23 @@ CREATE TABLE replica_cursor (
 """,
     # 4: SQLite migration 5 (ownership that moves)
     OWNERSHIP_MIGRATION,
+    # 5: SQLite migration 6 (the tombstones a replica keeps); unused while PostgreSQL owns
+    # every row, but the contract suite runs the replica operations on it too
+    """
+CREATE TABLE replica_deleted (
+    kind TEXT NOT NULL,
+    id TEXT NOT NULL,
+    owner_id TEXT NOT NULL,
+    change_seq BIGINT NOT NULL,
+    PRIMARY KEY (kind, id)
+);
+""",
+    # 6: SQLite migration 7 (ready since): when a task last became ready (created with no
+    # unmet dependency, its last dependency met, or back to pending)
+    """
+ALTER TABLE task ADD COLUMN ready_since DOUBLE PRECISION;
+UPDATE task SET ready_since = updated_at WHERE status = 'pending' AND unmet_deps = 0;
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -40,7 +40,10 @@ logger = logging.getLogger(__name__)
 
 CHANNEL = "fredica"
 MIGRATION_LOCK = 7_463_102_001  # pg_advisory_lock key: nodes starting together migrate in turn
-CONNECT_TIMEOUT_SEC = 10.0
+CONNECT_TIMEOUT_SEC = 10.0  # seconds a node waits for the database when it starts
+POOL_WAIT_SEC = 3.0  # seconds an operation waits for a connection before `StoreUnavailable`
+DIAL_TIMEOUT_SEC = 3  # seconds one connection attempt may take (an unreachable host)
+RECONNECT_FOREVER_SEC = 10.0 * 365 * 24 * 3600  # the pool never gives up reconnecting
 LISTEN_POLL_SEC = 0.5  # seconds between checks of the stop flag while listening
 LISTEN_RETRY_SEC = 1.0  # seconds before the listener reconnects after losing its connection
 
@@ -65,24 +68,42 @@ _RETRYABLE = (
 )
 
 
+class StaleConnection(psycopg.OperationalError):
+    """The first statement on a pooled connection found it dead (the server restarted or ended
+    the session since the pool last used it): nothing ran, so the operation runs again on a
+    fresh connection."""
+
+
 class _PgConn:
     """A psycopg connection that runs the stores' `?`-style SQL."""
 
     def __init__(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
         self._conn = conn
+        self._first = True  # no statement ran on this checkout yet
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        first, self._first = self._first, False
+        try:
+            yield
+        except psycopg.OperationalError as exc:
+            if first and self._conn.broken and not isinstance(exc, pg_errors.DiskFull):
+                raise StaleConnection(_first_line(exc)) from exc
+            raise
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
-        if params:
-            return self._conn.execute(_convert(sql), params)  # type: ignore[arg-type]
-        return self._conn.execute(sql)  # type: ignore[arg-type]
+        with self._guard():
+            if params:
+                return self._conn.execute(_convert(sql), params)  # type: ignore[arg-type]
+            return self._conn.execute(sql)  # type: ignore[arg-type]
 
     def tuples(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        with self._conn.cursor(row_factory=tuple_row) as cur:
+        with self._guard(), self._conn.cursor(row_factory=tuple_row) as cur:
             cur.execute(_convert(sql), params)  # type: ignore[arg-type]
             return cur.fetchall()
 
     def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
-        with self._conn.cursor() as cur:
+        with self._guard(), self._conn.cursor() as cur:
             cur.executemany(_convert(sql), params)  # type: ignore[arg-type]
 
 
@@ -138,9 +159,15 @@ class PostgresTaskStore(SQLStore):
             url,
             min_size=1,
             max_size=pool_size,
-            kwargs={"autocommit": True, "row_factory": dict_row},
+            kwargs={
+                "autocommit": True,
+                "row_factory": dict_row,
+                "connect_timeout": DIAL_TIMEOUT_SEC,
+            },
             open=False,
             name=f"fredica-{node_id}",
+            timeout=POOL_WAIT_SEC,
+            reconnect_timeout=RECONNECT_FOREVER_SEC,
         )
         try:
             self._db.open(wait=True, timeout=CONNECT_TIMEOUT_SEC)
@@ -180,7 +207,7 @@ class PostgresTaskStore(SQLStore):
         raise errors.InvalidRequest(_NO_MOVES)
 
     def _is_retryable(self, exc: BaseException) -> bool:
-        if isinstance(exc, _RETRYABLE):
+        if isinstance(exc, (*_RETRYABLE, StaleConnection)):
             return True
         # two nodes inserting the same idempotency key at once: the loser runs again and
         # finds the winner's task
@@ -210,6 +237,19 @@ class PostgresTaskStore(SQLStore):
     def _is_full(self, exc: BaseException) -> bool:
         return isinstance(exc, pg_errors.DiskFull)
 
+    def _is_unavailable(self, exc: BaseException) -> bool:
+        # a lost or refused connection, no connection from the pool in time, a server that
+        # is shutting down or starting, a standby that refuses writes until it is promoted
+        return isinstance(
+            exc,
+            (
+                psycopg.OperationalError,
+                pg_errors.AdminShutdown,
+                pg_errors.CannotConnectNow,
+                pg_errors.ReadOnlySqlTransaction,
+            ),
+        )
+
     def _close_connections(self) -> None:
         self._stop.set()
         if self._listener is not None:
@@ -228,7 +268,9 @@ class PostgresTaskStore(SQLStore):
     def _listen_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self.url, autocommit=True) as conn:
+                with psycopg.connect(
+                    self.url, autocommit=True, connect_timeout=DIAL_TIMEOUT_SEC
+                ) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     # notifications sent while we were not listening are lost: look once
                     self._emit(Signal.READY)

@@ -273,6 +273,23 @@ CREATE TABLE replica_cursor (
     # owner epoch whatever its change sequence (two owners' sequences do not compare), and a
     # pipeline keeps the history of its owners
     OWNERSHIP_MIGRATION,
+    # 6: tombstones a replica keeps: a row its owner deleted is never merged back
+    # from a batch read earlier or out of order (a delete must not resurrect)
+    """
+CREATE TABLE replica_deleted (
+    kind TEXT NOT NULL,
+    id TEXT NOT NULL,
+    owner_id TEXT NOT NULL,
+    change_seq INTEGER NOT NULL,
+    PRIMARY KEY (kind, id)
+);
+""",
+    # 7: ready since: when a task last became ready (created with no unmet dependency, its last
+    # dependency met, or back to pending); the score gate's starvation window runs from it
+    """
+ALTER TABLE task ADD COLUMN ready_since REAL;
+UPDATE task SET ready_since = updated_at WHERE status = 'pending' AND unmet_deps = 0;
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

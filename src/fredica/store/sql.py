@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from fredica.domain import errors, history, timeseries
@@ -83,6 +83,7 @@ STATUS = {s.value: s for s in TaskStatus}  # a task's status column -> TaskStatu
 URGENT, NORMAL = 0, 1  # priorities of the store's queue (lower first)
 RETRY_ATTEMPTS = 8  # a busy/locked/deadlocked transaction is run again up to this many times
 RETRY_BACKOFF = 0.02  # seconds, doubled on each retry
+UNAVAILABLE = "store_unavailable"  # `degraded` while the database cannot be reached
 #: The interpreter's switch interval while a store runs (seconds; Python's default is 0.005).
 #: The driver lets go of the interpreter lock for every statement it runs and must take it back
 #: before the next: while the event loop runs Python (a burst of short tasks), each statement of
@@ -144,6 +145,7 @@ class SQLStore(TaskStore):
         self._listeners: list[SignalListener] = []
         self._pool = PriorityPool(threads)
         self._closed = False
+        self._back_at: float | None = None  # monotonic time the database was reachable again
 
     # --- what a subclass provides ---------------------------------------------------------------
     @abstractmethod
@@ -181,6 +183,11 @@ class SQLStore(TaskStore):
     @abstractmethod
     def _is_full(self, exc: BaseException) -> bool:
         """Did this driver error say the disk is full?"""
+
+    def _is_unavailable(self, exc: BaseException) -> bool:
+        """Did this driver error say the database cannot be reached (down, restarting, refusing
+        connections)? The store then reports `store_unavailable` until an operation succeeds."""
+        return False
 
     def _has_room(self) -> bool:
         """After a full disk: is there room again? (A tiny write may still fit into pages the
@@ -266,7 +273,7 @@ class SQLStore(TaskStore):
         for attempt in range(1, RETRY_ATTEMPTS + 1):
             try:
                 with self._connection() as conn:
-                    return fn(conn)
+                    result = fn(conn)
             except errors.FredicaError:
                 raise
             except self.dialect.driver_errors as exc:
@@ -276,10 +283,24 @@ class SQLStore(TaskStore):
                     delay *= 2
                     continue
                 raise self._store_error(exc) from exc
+            if self.degraded == UNAVAILABLE:
+                self._back_at = time.monotonic()  # before `degraded` clears (see `monitor`)
+                self.degraded = None
+                logger.warning("store available again", extra={"action": "store_available"})
+            return result
         raise errors.StoreError("unreachable")  # pragma: no cover
 
     def _store_error(self, exc: BaseException) -> errors.StoreError:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if self._is_unavailable(exc) and not self._is_full(exc):
+            if self.degraded != UNAVAILABLE:
+                self.degraded = UNAVAILABLE
+                logger.warning(
+                    "store unavailable: %s; reconnecting",
+                    text,
+                    extra={"action": "store_unavailable"},
+                )
+            return errors.StoreUnavailable(f"the database cannot be reached: {text}")
         if self._is_full(exc):
             self.degraded = "disk_full"
             return errors.StoreFull(f"the disk holding the task store is full ({text})")
@@ -329,6 +350,9 @@ class SQLStore(TaskStore):
 
     async def retry_task(self, task_id: str) -> Task:
         return await self._write(lambda tx: control.retry_task(tx, task_id))
+
+    async def fail_stranded(self, runnable_on: Mapping[str, Sequence[str]]) -> list[str]:
+        return await self._write(lambda tx: control.fail_stranded(tx, runnable_on))
 
     async def skip_task(self, task_id: str, reason: str = "skipped by user") -> Task:
         return await self._write(lambda tx: control.skip_task(tx, task_id, reason))
@@ -398,7 +422,17 @@ class SQLStore(TaskStore):
 
     # --- liveness and recovery --------------------------------------------------------------------
     async def monitor(self, liveness: Liveness) -> MonitorReport:
-        return await self._work(lambda tx: control.monitor(tx, liveness), None)
+        def write(tx: Tx) -> MonitorReport:
+            # the database was out of reach for this node until it came back, and so, most
+            # likely, for every node: silence before then says nothing about their work
+            since: float | None = None
+            if self.degraded == UNAVAILABLE:
+                since = tx.now  # this very transaction is the first to reach it again
+            elif (back := self._back_at) is not None:
+                since = tx.now - (time.monotonic() - back)
+            return control.monitor(tx, liveness, since)
+
+        return await self._work(write, None)
 
     async def recover_startup(self, node_id: str | None = None) -> RecoveryReport:
         return await self._write(control.recover_startup, node_id)
@@ -739,6 +773,9 @@ class SQLStore(TaskStore):
 
     async def moved_away(self, created_by: str) -> list[tuple[str, str, int]]:
         return await self._read(lambda conn: peering.moved_away(conn, created_by))
+
+    async def adopted(self) -> list[tuple[str, str, int]]:
+        return await self._read(lambda conn: peering.adopted(conn, self.node_id))
 
     async def outbox_readdress(self, task_ids: Sequence[str], owner_id: str) -> int:
         return await self._write(lambda tx: peering.outbox_readdress(tx, task_ids, owner_id))

@@ -9,6 +9,7 @@ when that task is retried or skipped), and re-derives the pipeline status at com
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -43,9 +44,11 @@ _TASK_INSERT_COLUMNS = (
     "id, type, pipeline_id, material_id, status, priority, depends_on, "
     "payload, cache_policy, cloud_preference, publisher_id, idempotency_key, "
     "max_retries, created_by, owner_id, file_node_id, affinity_kind, affinity_node_id, "
-    "is_pausable, change_seq, unmet_deps, created_at, updated_at"
+    "is_pausable, change_seq, unmet_deps, created_at, updated_at, ready_since"
 )
-_TASK_INSERT_VALUES = "?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
+_TASK_INSERT_VALUES = (
+    "?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
+)
 # an event carries its task's insertion order: the index (task_ord, task_id) keeps the events
 # of tasks created together on the same pages
 _INSERT_EVENT = (
@@ -166,11 +169,17 @@ class Tx:
         if not parent_ids:
             return
         marks = ",".join("?" for _ in parent_ids)
+        met = (
+            "(SELECT COUNT(*) FROM task_dep d "
+            f"WHERE d.task_id = task.id AND d.parent_id IN ({marks}))"
+        )
+        # a task whose last dependency is met becomes ready now: the score gate's starvation
+        # window runs from this `ready_since` (seed 001 §6.3)
         cur = self.q(
-            "UPDATE task SET unmet_deps = unmet_deps - (SELECT COUNT(*) FROM task_dep d "
-            f"WHERE d.task_id = task.id AND d.parent_id IN ({marks})) "
+            f"UPDATE task SET unmet_deps = unmet_deps - {met}, "
+            f"ready_since = CASE WHEN unmet_deps - {met} <= 0 THEN ? ELSE ready_since END "
             f"WHERE id IN (SELECT task_id FROM task_dep WHERE parent_id IN ({marks}))",
-            [*parent_ids, *parent_ids],
+            [*parent_ids, *parent_ids, self.now, *parent_ids],
         )
         if cur.rowcount:
             self.ready = True
@@ -232,6 +241,8 @@ class Tx:
                 f"task {task_id} is {old.value}; {old.value} -> {new.value} is not allowed"
             )
         values = {"status": new.value, "updated_at": self.now, "change_seq": self.seq, **sets}
+        if new is S.PENDING:
+            values["ready_since"] = self.now  # back to pending: ready again from now
         assignments = ", ".join(f"{k} = ?" for k in values)
         cur = self.q(
             f"UPDATE task SET {assignments} WHERE id = ? AND status = ?",
@@ -373,7 +384,12 @@ class Tx:
 
     # --- inserting tasks ------------------------------------------------------------------------
     def insert_tasks(
-        self, specs: Sequence[NewTask], pipeline_id: str | None, material_id: str | None, owner: str
+        self,
+        specs: Sequence[NewTask],
+        pipeline_id: str | None,
+        material_id: str | None,
+        owner: str,
+        adopt: bool = True,
     ) -> list[tuple[str, bool]]:
         """`insert_task` for each spec, in order; the plain ones (no dependencies, no
         idempotency key) go in one driver call per run of them."""
@@ -383,7 +399,7 @@ class Tx:
             if spec.depends_on or spec.idempotency_key is not None:
                 out += self._insert_plain(plain, pipeline_id, material_id, owner)
                 plain = []
-                out.append(self.insert_task(spec, pipeline_id, material_id, owner))
+                out.append(self.insert_task(spec, pipeline_id, material_id, owner, adopt))
             else:
                 plain.append(spec)
         out += self._insert_plain(plain, pipeline_id, material_id, owner)
@@ -458,20 +474,37 @@ class Tx:
             unmet,
             self.now,
             self.now,
+            # ready now (no unmet dependency), or when the last one is met (`parents_satisfied`)
+            self.now if unmet == 0 else None,
         )
 
     def insert_task(
-        self, spec: NewTask, pipeline_id: str | None, material_id: str | None, owner: str
+        self,
+        spec: NewTask,
+        pipeline_id: str | None,
+        material_id: str | None,
+        owner: str,
+        adopt: bool = True,
     ) -> tuple[str, bool]:
         """Insert one task; returns (task id, inserted). An active task with the same
-        idempotency key is reused instead (returned with inserted=False)."""
+        idempotency key is reused instead (returned with inserted=False), unless not `adopt`:
+        then this one is inserted without the key (the other holds it while active)."""
         key = spec.idempotency_key
         if key is not None:
             existing = self.q(
                 f"SELECT id FROM task WHERE idempotency_key = ? AND status IN {schema.ACTIVE_SQL}",
                 (key,),
             ).fetchone()
-            if existing is not None:
+            if existing is not None and not adopt:
+                logger.info(
+                    "idempotency key %s active as task %s of another pipeline; this pipeline "
+                    "gets its own task",
+                    key,
+                    existing["id"],
+                    extra={"action": "task_own"},
+                )
+                spec = dataclasses.replace(spec, idempotency_key=None)
+            elif existing is not None:
                 logger.info(
                     "idempotency key %s already active as task %s; not inserted",
                     key,

@@ -93,8 +93,11 @@ def _ready_where(
         params.extend(sorted(types))
     if flt.deferred_types:
         marks = ",".join("?" for _ in flt.deferred_types)
-        where.append(f"(type NOT IN ({marks}) OR affinity_node_id = ?)")
+        starved = "" if flt.defer_wait is None else " OR ready_since <= ?"
+        where.append(f"(type NOT IN ({marks}) OR affinity_node_id = ?{starved})")
         params += [*sorted(flt.deferred_types), node_id]
+        if flt.defer_wait is not None:
+            params.append(tx.now - flt.defer_wait)
     if flt.soft_elsewhere:
         marks = ",".join("?" for _ in flt.soft_elsewhere)
         where.append(

@@ -270,9 +270,10 @@ export function renderPipeline(app, pipelineId) {
     if (!id) return;
     const known = view.tasks.get(id);
     try {
-      // Another owner's task is known here only from the replica (no events); its files are
-      // listed by the node that ran it.
-      const task = isReplica(known) ? known : await get(`/api/v1/tasks/${id}`);
+      // Another owner's task: its events as the owner has them (this node asks it), the
+      // replica's mark kept; its files are listed by the node that ran it.
+      const shown = await get(`/api/v1/tasks/${id}`);
+      const task = isReplica(known) ? { ...shown, replica: known.replica } : shown;
       const files = filesElsewhere(task) ? null : await get(`/api/v1/tasks/${id}/files`);
       if (closed || id !== view.selected) return;
       view.detailSeq = task.change_seq;
@@ -282,32 +283,15 @@ export function renderPipeline(app, pipelineId) {
     }
   }
 
-  /** The task's log, where this node can read it: a task of this node's that ran here (a
-   * task run elsewhere logged on that node; another owner's task shows no log here). */
+  /** The task's log: read by this node from wherever the attempt ran (this node, the owner
+   * or another executor; the server asks the node that holds it). */
   function showLog(task) {
     const slot = detail.querySelector(".log-slot");
-    const here = !isReplica(task) && !filesElsewhere(task);
-    if (here) {
-      if (!detail._log) {
-        detail._log = logPanel(task.id);
-        slot.replaceChildren(detail._log.element);
-      }
-      detail._log.update(task);
-      return;
+    if (!detail._log) {
+      detail._log = logPanel(task.id);
+      slot.replaceChildren(detail._log.element);
     }
-    detail._log?.stop();
-    detail._log = null;
-    const executor = filesElsewhere(task);
-    slot.replaceChildren(
-      h(
-        "section",
-        { class: "task-log task-log-elsewhere" },
-        h("h3", {}, t("task.log")),
-        executor
-          ? h("p", { class: "muted" }, t("task.log_on_node", { node: nodeName(executor) }))
-          : h("p", { class: "muted" }, t("task.log_replica", { node: nodeName(ownerOf(task)) })),
-      ),
-    );
+    detail._log.update(task);
   }
 
   /** `key`'s text naming the owner of `task`, with a link to the owner's page of it. */
@@ -392,8 +376,8 @@ export function renderPipeline(app, pipelineId) {
         ),
       );
     }
-    if (isReplica(task)) {
-      // events are not replicated: the owner keeps the timeline
+    if (!timeline.children.length && isReplica(task)) {
+      // events are not replicated: the owner keeps the timeline, and could not be asked now
       timeline.append(h("li", { class: "muted timeline-owner" }, ownerNote(task, "task.timeline_on_owner")));
     } else if (!timeline.children.length) {
       timeline.append(h("li", { class: "muted" }, t("task.no_events")));
