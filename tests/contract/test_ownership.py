@@ -145,3 +145,60 @@ async def test_a_store_lists_the_pipelines_that_moved_to_it(nodes) -> None:
     assert await new.adopted() == []
     await new.adopt_pipeline(await old.export_pipeline(pid), 1, MOVE)
     assert await new.adopted() == [(pid, OLD, 1)]
+
+
+async def test_a_takeover_settles_what_the_replica_missed_with_the_peers_word(nodes, clock) -> None:
+    """The replica was pulled before the old owner granted its last claims and accepted its
+    last result (node/settle.py): the peer's word makes those rows right before anything of
+    the pipeline can be claimed at the successor, so nothing runs twice."""
+    from fredica.cluster import protocol
+    from fredica.node import settle
+
+    old, new = nodes[OLD], nodes[NEW]
+    pid = await make_pipeline(
+        old,
+        NewTask("T", id="t1", priority=9),
+        NewTask("T", id="t2", depends_on=("t1",)),
+        NewTask("T", id="t3", priority=8),
+        NewTask("T", id="t4", priority=1),
+    )
+    await new.apply_replica(OLD, await feed(old))  # every task pending in the replica
+    t1 = await claim_one(old, node_id=PEER)
+    done = CompletionItem("t1", t1.attempt, {"by": "peer"})
+    await old.complete_and_claim([done], node_id=PEER)  # accepted, not replicated
+    t3 = await claim_one(old, node_id=PEER)  # granted, not replicated
+    assert t3.id == "t3"
+    answer = {
+        "node_id": PEER,
+        "running": [{"task_id": "t3", "attempt": t3.attempt}],
+        "reports": [
+            {"kind": "complete", "attempt": t1.attempt, "body": protocol.completion_to_json(done)},
+            # a zombie's word (an attempt older than the replica knows) changes nothing
+            {"kind": "complete", "attempt": -1, "body": {"task_id": "t4", "attempt": -1}},
+        ],
+    }
+    words = settle.words_of(answer)
+    transfer, reports = settle.patch(await new.replica_transfer(pid), words, clock.now())
+    assert [w.task_id for w in reports] == ["t1"]
+
+    assert await new.adopt_pipeline(transfer, 1, MOVE)
+    for word in reports:
+        item = protocol.completion_from_json(word.body)
+        outcome = (await new.complete_and_claim([item], None, word.node_id))[0][0]
+        assert not isinstance(outcome, errors.FredicaError)
+    # t1 is done with the peer's result, t3 runs on the peer: only t2 and t4 are claimable
+    assert (await new.get_task("t1")).result == {"by": "peer"}
+    assert (await new.get_task("t1")).status is TaskStatus.COMPLETED
+    running = await new.get_task("t3")
+    assert (running.status, running.claimed_by, running.attempt) == (
+        TaskStatus.RUNNING,
+        PEER,
+        t3.attempt,
+    )
+    ready = await new.claim(ClaimFilter(limit=10, start=True))
+    assert sorted(t.id for t in ready) == ["t2", "t4"]
+    # the peer's running attempt reports to the new owner
+    outcome = (await new.complete_and_claim([CompletionItem("t3", t3.attempt, {})], node_id=PEER))[
+        0
+    ][0]
+    assert not isinstance(outcome, errors.FredicaError)

@@ -7,6 +7,7 @@ router's memory of who granted which attempt (tests/cluster runs the same over r
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -105,3 +106,59 @@ async def test_an_old_attempt_that_learns_late_it_lost_leaves_the_new_attempt_ro
     done = await router.fail(Failure("t", 2, "bad input", ErrorType.PERMANENT), "b")
     assert done.status is TaskStatus.FAILED
     assert (await a.get_task("t")).status is TaskStatus.FAILED
+
+
+class SilentOwner(StoreOwner):
+    """An owner whose failure report never returns while `hold` is unset (a suspended
+    owner: the request waits for its timeout)."""
+
+    def __init__(self, store: SQLiteTaskStore) -> None:
+        super().__init__(store)
+        self.hold = asyncio.Event()
+
+    async def fail(self, failure: Failure, node_id: str) -> Task:
+        await self.hold.wait()
+        return await super().fail(failure, node_id)
+
+
+async def test_claims_of_says_what_this_node_runs_sent_and_keeps_for_an_owner(
+    stores: tuple[SQLiteTaskStore, SQLiteTaskStore],
+) -> None:
+    """What a successor asks before it takes a silent owner's pipelines over: the claims held
+    there, the reports on their way, acknowledged, or waiting in the outbox."""
+    a, b = stores
+    tasks = tuple(NewTask(type=TYPE, id=f"t{i}", priority=9 - i) for i in range(3))
+    await a.create_pipeline(NewPipeline(template="custom", material_id="m", tasks=tasks))
+    owner = SilentOwner(a)
+    router = OwnerRouter(b, OnePeer(owner))
+    flt = ClaimFilter(limit=3, types=frozenset({TYPE}), start=True)
+    t0, t1, t2 = await router.claim(flt)
+    # t0: failed, acknowledged by the owner; t1: its failure on the way; t2: still running
+    owner.hold.set()
+    await router.fail(Failure(t0.id, t0.attempt, "boom", ErrorType.PERMANENT))
+    owner.hold.clear()
+    pending = asyncio.create_task(
+        router.fail(Failure(t1.id, t1.attempt, "late", ErrorType.PERMANENT))
+    )
+    await asyncio.sleep(0.01)
+    # and a result kept in the outbox for that owner
+    await b.outbox_put(a.node_id, "t9", 1, "complete", {"task_id": "t9", "attempt": 1})
+
+    said = await router.claims_of(a.node_id)
+    assert said["node_id"] == b.node_id
+    assert said["running"] == [
+        {"task_id": t1.id, "attempt": t1.attempt},
+        {"task_id": t2.id, "attempt": t2.attempt},
+    ]
+    reports = {(r["kind"], r["body"]["task_id"], r["body"].get("error")) for r in said["reports"]}
+    assert reports == {("fail", "t0", "boom"), ("fail", "t1", "late"), ("complete", "t9", None)}
+    assert (await router.claims_of("somebody-else")) == {
+        "node_id": b.node_id,
+        "running": [],
+        "reports": [],
+    }
+    owner.hold.set()
+    await pending
+    # once acknowledged, the on-the-way report is kept as acknowledged (once)
+    kinds = [r["body"]["task_id"] for r in (await router.claims_of(a.node_id))["reports"]]
+    assert sorted(kinds) == ["t0", "t1", "t9"]

@@ -146,6 +146,13 @@ async def owner_view(node: deps.NodeDep) -> JSON:
     return await _ownership(node).owner_view()
 
 
+@router.get("/claims")
+async def claims(node: deps.NodeDep, owner: Annotated[str, Query(min_length=1)]) -> JSON:
+    """What this node runs or ran of `owner`'s tasks: the claims it holds there and the
+    reports it sent lately or keeps in its outbox (asked by a node taking `owner` over)."""
+    return await _ownership(node).claims_view(owner)
+
+
 @router.get("/owners")
 async def owners(node: deps.NodeDep, created_by: Annotated[str, Query(min_length=1)]) -> JSON:
     """The pipelines `created_by` made that another node owns now (id, owner, epoch), as far

@@ -85,6 +85,10 @@ class Membership:
         self.interval = interval
         self._record = record
         self._client = httpx.AsyncClient(timeout=timeout, trust_env=False)
+        #: how long the refresh waits for a peer's `/cluster/info`: a few rounds, so that a
+        #: suspended peer (its socket accepts, nobody answers) is offline in seconds and does
+        #: not hold up the refresh of the others (the rounds run together)
+        self.probe_timeout = min(timeout, max(1.0, 4 * interval))
         self._peers: dict[str, Peer] = {}  # address -> peer
         #: more addresses of a known peer, or of this node: not asked again
         self._aliases: set[str] = set()
@@ -155,7 +159,7 @@ class Membership:
     async def _refresh(self, peer: Peer) -> None:
         probe = peer.owner or RemoteOwner("?", peer.address, self._secret, self._client)
         try:
-            info = await probe.info()
+            info = await probe.info(self.probe_timeout)
             copy = info.get("node_id") == self.self_id and info.get("instance") != self.instance
             try:
                 known = await probe.call(

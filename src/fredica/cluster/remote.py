@@ -46,9 +46,17 @@ class RemoteOwner:
     def __repr__(self) -> str:
         return f"RemoteOwner({self.node_id} at {self.address})"
 
-    async def call(self, method: str, path: str, body: JSON | None = None, **params: Any) -> Any:
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: JSON | None = None,
+        timeout: float | None = None,
+        **params: Any,
+    ) -> Any:
         """One request; the owner's error answer raised again, a transport failure as
-        `StoreError` naming the owner."""
+        `StoreError` naming the owner. `timeout` (seconds) replaces the client's for this
+        request only."""
         try:
             response = await self._client.request(
                 method,
@@ -56,6 +64,7 @@ class RemoteOwner:
                 json=body,
                 params=params or None,
                 headers={SECRET_HEADER: self._secret},
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.HTTPError as exc:
             raise errors.StoreError(
@@ -184,8 +193,8 @@ class RemoteOwner:
         return str(answer["digest"])
 
     # --- membership -------------------------------------------------------------------------
-    async def info(self) -> JSON:
-        answer = await self.call("GET", "/cluster/info")
+    async def info(self, timeout: float | None = None) -> JSON:
+        answer = await self.call("GET", "/cluster/info", timeout=timeout)
         assert isinstance(answer, dict)
         return answer
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
@@ -36,6 +37,9 @@ from fredica.store.base import (
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: reports an owner acknowledged, kept for a takeover's settle phase (the newest, at most)
+DELIVERED_KEPT = 4096
 
 
 class Owners(Protocol):
@@ -83,6 +87,14 @@ class OwnerRouter:
         self._claimed: dict[str, RemoteOwner] = {}
         #: each task claimed from a peer, as claimed (the answer for an outboxed result)
         self._tasks: dict[str, Task] = {}
+        #: task id -> (owner id, attempt, kind, report as sent): the reports owners
+        #: acknowledged lately. An owner that goes silent may not have passed them to any
+        #: replica yet; its successor asks for them before it opens the pipeline to claims
+        self._delivered: OrderedDict[str, tuple[str, int, str, JSON]] = OrderedDict()
+        #: task id -> (owner id, attempt, kind, report): reports on their way to an owner. One
+        #: sent to an owner that has just been suspended waits for the request's timeout; the
+        #: successor takes it from here meanwhile
+        self._inflight: dict[str, tuple[str, int, str, JSON]] = {}
         self._turn = itertools.count()
 
     @property
@@ -273,6 +285,9 @@ class OwnerRouter:
             idx = theirs_idx.get(owner, [])
             part = [items[i] for i in idx]
             want = _remote_filter(claim, free) if claim is not None and free > 0 else None
+            for item in part:
+                body = protocol.completion_to_json(item)
+                self._inflight[item.task_id] = (owner.node_id, item.attempt, "complete", body)
             try:
                 got, more = await owner.complete_and_claim(
                     part, their_starts.get(owner, []), claimer, want
@@ -282,6 +297,13 @@ class OwnerRouter:
                 got, more = await self._outbox_completions(owner, part, exc), []
             else:
                 got = await self._keep_moved(owner, part, got)
+                for item, outcome in zip(part, got, strict=True):
+                    if not isinstance(outcome, errors.FredicaError):
+                        sent = self._inflight[item.task_id]
+                        self._note_delivered(owner.node_id, "complete", item.attempt, sent[3])
+            finally:
+                for item in part:
+                    self._inflight.pop(item.task_id, None)
             outcomes.update(zip(idx, got, strict=True))
             for i in idx:
                 self._forget(items[i].task_id, items[i].attempt)
@@ -297,15 +319,17 @@ class OwnerRouter:
         if owner is None:
             self._check_local(failure.task_id)
             return await self.local.fail(failure, node_id)
+        body = protocol.failure_to_json(failure)
+        self._inflight[failure.task_id] = (owner.node_id, failure.attempt, "fail", body)
         try:
-            return await self._final(
+            task = await self._final(
                 failure.task_id, failure.attempt, owner.fail(failure, node_id or self.node_id)
             )
         except errors.StoreError as exc:
             self._owners.unreachable(owner, exc)
             task = self._tasks[failure.task_id]
             await self.local.outbox_put(
-                owner.node_id,
+                self._owner_now(failure.task_id, owner),
                 failure.task_id,
                 failure.attempt,
                 "fail",
@@ -323,6 +347,10 @@ class OwnerRouter:
             return dataclasses.replace(
                 task, error=failure.error, error_type=failure.error_type.value
             )
+        finally:
+            self._inflight.pop(failure.task_id, None)
+        self._note_delivered(owner.node_id, "fail", failure.attempt, body)
+        return task
 
     async def _final(self, task_id: str, attempt: int, report: Awaitable[Task]) -> Task:
         """A report that ends this node's claim: forgotten unless it did not reach the owner."""
@@ -359,7 +387,7 @@ class OwnerRouter:
         """Keep results the owner could not take; they count as accepted here."""
         for item in items:
             await self.local.outbox_put(
-                owner.node_id,
+                self._owner_now(item.task_id, owner),
                 item.task_id,
                 item.attempt,
                 "complete",
@@ -394,6 +422,13 @@ class OwnerRouter:
             return outcomes
         kept = iter(await self._outbox_completions(owner, waiting, errors.OwnerMoved("moved")))
         return [next(kept) if isinstance(o, errors.StoreError) else o for o in outcomes]
+
+    def _owner_now(self, task_id: str, asked: RemoteOwner) -> str:
+        """Whom a result that `asked` could not take waits for: the task's owner now. A peer
+        may have taken the pipeline over while the report to `asked` was on its way (`moved`);
+        the results addressed to the old owner were readdressed then, this one was not yet."""
+        owner = self._claimed.get(task_id)
+        return (owner or asked).node_id
 
     def _pipeline(self, task_id: str) -> str | None:
         task = self._tasks.get(task_id)
@@ -460,6 +495,7 @@ class OwnerRouter:
                     extra={"action": "outbox"},
                 )
             else:
+                self._note_delivered(owner.node_id, item.kind, item.attempt, item.body)
                 logger.info(
                     "owner %s acknowledged the %s of %s",
                     owner.node_id,
@@ -470,6 +506,36 @@ class OwnerRouter:
             await self.local.outbox_done(item.id)
             done += 1
         return done
+
+    # --- what this node holds of one owner's tasks (a takeover's settle phase) -------------
+    def _note_delivered(self, owner_id: str, kind: str, attempt: int, body: JSON) -> None:
+        task_id = str(body["task_id"])
+        self._delivered.pop(task_id, None)
+        self._delivered[task_id] = (owner_id, attempt, kind, body)
+        while len(self._delivered) > DELIVERED_KEPT:
+            self._delivered.popitem(last=False)
+
+    async def claims_of(self, owner_id: str) -> JSON:
+        """What this node runs or ran of `owner_id`'s tasks (`GET /cluster/claims`): the
+        claims it holds there (`running`: task id and attempt) and the reports it sent there,
+        acknowledged lately, on their way or still in its outbox (`reports`: kind, attempt,
+        report). A
+        node taking over a silent owner's pipelines asks every peer this first: a claim the
+        owner granted, or a result it accepted, may not have reached any replica yet."""
+        running = [
+            {"task_id": t.id, "attempt": t.attempt}
+            for t in self._tasks.values()
+            if (o := self._claimed.get(t.id)) is not None and o.node_id == owner_id
+        ]
+        reports = [
+            {"kind": kind, "attempt": attempt, "body": body}
+            for owner, attempt, kind, body in [*self._delivered.values(), *self._inflight.values()]
+            if owner == owner_id
+        ]
+        for item in await self.local.outbox_list(limit=10_000):
+            if item.owner_id == owner_id:
+                reports.append({"kind": item.kind, "attempt": item.attempt, "body": item.body})
+        return {"node_id": self.node_id, "running": running, "reports": reports}
 
     def _split(
         self, values: Sequence[T], task_of: Callable[[T], str]

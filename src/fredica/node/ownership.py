@@ -48,6 +48,7 @@ from fredica.cluster.router import OwnerRouter
 from fredica.domain import errors
 from fredica.domain.clock import Clock
 from fredica.domain.models import JSON, Pipeline
+from fredica.node import settle
 from fredica.store.base import TaskStore, Transfer
 
 logger = logging.getLogger(__name__)
@@ -248,6 +249,8 @@ class Ownership:
             view[owner] = {
                 "cursor": await self._store.replica_cursor(owner),
                 "silent_sec": round(now - seen, 3),
+                # this node owns pipelines `owner` created: it took them over already
+                "took_over": owner in self.took_over,
             }
         return view
 
@@ -273,20 +276,35 @@ class Ownership:
                 continue
             if float(theirs.get("silent_sec", 0.0)) < self.lease.lapse_after:
                 return False  # it heard from the owner lately: the owner is not gone
+            if theirs.get("took_over") and not mine.get("took_over"):
+                return False  # it is the successor already (its cursor may have moved)
             candidates.append((-int(theirs.get("cursor", 0)), peer.node_id))
         return min(candidates)[1] == self.node_id
 
     async def take_over(self, owner: str) -> list[str]:
-        """Adopt every active pipeline of the silent `owner` from this node's replica."""
+        """Adopt every active pipeline of the silent `owner` from this node's replica,
+        corrected first by what the online peers run or ran of it (node/settle.py); the
+        results among that are applied before anything of it can be claimed here."""
         async with self._lock:
             replicas = await self._store.replica_pipelines(limit=MAX_PIPELINES)
             active = [p for p in replicas if p.owner_id == owner and not p.status.is_terminal]
+            if not active:
+                return []
+            words = await self._gather_claims(owner)
             moved: list[tuple[Pipeline, Transfer]] = []
-            for pipeline in active:
-                transfer = await self._store.replica_transfer(pipeline.id)
-                move = {"previous": owner, "how": "takeover"}
-                if await self._store.adopt_pipeline(transfer, pipeline.owner_epoch + 1, move):
-                    moved.append((pipeline, transfer))
+            reports: list[settle.Word] = []
+            self._claims_closed = True  # nothing of it is claimed before its reports apply
+            try:
+                for pipeline in active:
+                    replica = await self._store.replica_transfer(pipeline.id)
+                    transfer, theirs = settle.patch(replica, words, self._clock.now())
+                    move = {"previous": owner, "how": "takeover"}
+                    if await self._store.adopt_pipeline(transfer, pipeline.owner_epoch + 1, move):
+                        moved.append((pipeline, transfer))
+                        reports += theirs
+                await self._apply_reports(reports)
+            finally:
+                self._claims_closed = False
             if not moved:
                 return []
             logger.warning(
@@ -298,6 +316,63 @@ class Ownership:
             )
             await self._settle_adopted([t for _, t in moved], owner)
             return [p.id for p, _ in moved]
+
+    async def _gather_claims(self, owner: str) -> list[settle.Word]:
+        """What this node and every online peer run or ran of `owner`'s tasks."""
+        answers = [await self._router.claims_of(owner)]
+        for peer in self._membership.peers():
+            if not (peer.online and peer.node_id and peer.owner) or peer.node_id == owner:
+                continue
+            try:
+                answers.append(await peer.owner.call("GET", "/cluster/claims", owner=owner))
+            except errors.FredicaError as exc:
+                # it keeps its results in its outbox and sends them to the new owner later
+                logger.warning(
+                    "takeover of %s: peer %s did not say what it holds: %s",
+                    owner,
+                    peer.node_id,
+                    exc,
+                    extra={"action": "takeover"},
+                )
+        words = [w for a in answers if isinstance(a, dict) for w in settle.words_of(a)]
+        logger.info(
+            "takeover of %s: %d word(s) from %d node(s) on what runs or ran",
+            owner,
+            len(words),
+            len(answers),
+            extra={"action": "takeover"},
+        )
+        return words
+
+    async def _apply_reports(self, reports: Sequence[settle.Word]) -> None:
+        """Apply the results the old owner had accepted (or that still wait in an outbox)
+        to this node's store, as their claimer's reports (the store's fences apply)."""
+        for word in reports:
+            assert word.body is not None
+            try:
+                if word.kind == "complete":
+                    item = protocol.completion_from_json(word.body)
+                    outcome = (await self._store.complete_and_claim([item], None, word.node_id))[0][
+                        0
+                    ]
+                    if isinstance(outcome, errors.FredicaError):
+                        raise outcome
+                else:
+                    await self._store.fail(protocol.failure_from_json(word.body), word.node_id)
+            except errors.FredicaError as exc:
+                logger.warning(
+                    "takeover: the %s of %s (attempt %d, by %s) not applied: %s",
+                    word.kind,
+                    word.task_id,
+                    word.attempt,
+                    word.node_id,
+                    exc,
+                    extra={"action": "takeover"},
+                )
+
+    async def claims_view(self, owner: str) -> JSON:
+        """`GET /cluster/claims`: what this node runs or ran of `owner`'s tasks."""
+        return await self._router.claims_of(owner)
 
     async def _settle_adopted(self, transfers: Sequence[Transfer], previous: str) -> None:
         """After adopting: this node's claims of those tasks are local now, results it kept
