@@ -111,3 +111,112 @@ def _suspend_and_take_over(cluster: Cluster, tmp_path: Path) -> None:
     wait_until(lambda: replicas_agree(cluster, successor), 20, "the replicas to agree")
     # and nothing ran again meanwhile
     _each_once(log, count)
+
+
+def _start_pipeline(cluster: Cluster, tmp_path: Path, count: int = 40) -> tuple[str, Path]:
+    """Three nodes started; a 40-task pipeline of a's running on b and c, a tenth done."""
+    cluster.start_all()
+    log = tmp_path / "effects.jsonl"
+    log.touch()
+    body = {"template": "custom", "tasks": _effect_tasks(log, count, 0.25)}
+    pid = str(post(cluster.nodes["a"], "/api/v1/pipelines", body)["pipeline_id"])
+    wait_until(
+        lambda: sum(1 for e in effects(log) if e["phase"] == "end") >= count // 10,
+        30,
+        "a tenth of the tasks to run",
+    )
+    return pid, log
+
+
+def _owners(cluster: Cluster, pid: str) -> set[tuple[str, int]]:
+    """The (owner, epoch) every running node shows for the pipeline."""
+    return {
+        _owner(node, pid)
+        for node in cluster.nodes.values()
+        if node.proc is not None and node.proc.poll() is None
+    }
+
+
+def test_an_owner_killed_and_restarted_after_the_takeover_keeps_a_replica(
+    tmp_path: Path,
+) -> None:
+    with make_cluster(tmp_path, configure=_takeover_on) as cluster:
+        # Given a pipeline of a's mid-way; When a is killed (kill -9)
+        pid, log = _start_pipeline(cluster, tmp_path)
+        a = cluster.nodes["a"]
+        a.kill9()
+
+        # Then a peer takes it over and the cluster finishes it
+        def taken() -> str | None:
+            for name in "bc":
+                owner, epoch = _owner(cluster.nodes[name], pid)
+                if owner != cluster.ids["a"] and epoch == 1:
+                    return owner
+            return None
+
+        successor = wait_until(taken, 40, "a peer to take the pipeline over")
+        new_owner = cluster.nodes[cluster.name_of(successor)]
+        done = wait_until(lambda: pipeline_done(new_owner, pid), 60, "the pipeline to finish")
+        assert done["status"] == "completed", cluster.logs()
+        # When a starts again: it learns the new owner, keeps a replica, runs nothing
+        a.start()
+        wait_until(lambda: _owner(a, pid) == (successor, 1), 30, "a to learn the new owner")
+        assert get(a, f"/api/v1/pipelines/{pid}")["replica"] is not None
+        assert _owners(cluster, pid) == {(successor, 1)}
+        _each_once(log, 40)
+
+
+def test_a_hand_off_mid_pipeline_moves_it_at_once_and_runs_every_task_once(
+    tmp_path: Path,
+) -> None:
+    # takeover off: only the hand-off can move the pipeline
+    with make_cluster(tmp_path) as cluster:
+        pid, log = _start_pipeline(cluster, tmp_path)
+        a = cluster.nodes["a"]
+        moved = post(a, "/api/v1/node/handoff", {})
+        assert moved["handed_off"] == [pid]
+        target = str(moved["target"])
+        assert target in (cluster.ids["b"], cluster.ids["c"])
+        # the old owner holds a replica at once; the new owner finishes the pipeline
+        assert _owner(a, pid) == (target, 1)
+        assert get(a, f"/api/v1/pipelines/{pid}")["replica"] is not None
+        new_owner = cluster.nodes[cluster.name_of(target)]
+        done = wait_until(lambda: pipeline_done(new_owner, pid), 60, "the pipeline to finish")
+        assert done["status"] == "completed", cluster.logs()
+        assert done["owner_history"][-1]["how"] == "handoff"
+        _each_once(log, 40)
+        wait_until(lambda: _owners(cluster, pid) == {(target, 1)}, 20, "one owner everywhere")
+
+
+@pytest.mark.parametrize(
+    "step", ["handoff_frozen", "handoff_marked", "handoff_adopted", "handoff_demoted"]
+)
+def test_a_hand_off_killed_at_any_step_leaves_one_owner_and_loses_no_task(
+    tmp_path: Path, step: str
+) -> None:
+    with make_cluster(tmp_path) as cluster:
+        a = cluster.nodes["a"]
+        a.extra_env["FREDICA_CRASH_AT"] = step
+        pid, log = _start_pipeline(cluster, tmp_path)
+        # When a is killed at `step` of the hand-off, then started again
+        with pytest.raises(Exception):  # noqa: B017 - the process dies mid-request
+            post(a, "/api/v1/node/handoff", {})
+        assert a.proc is not None
+        a.proc.wait(10)
+        a.extra_env.pop("FREDICA_CRASH_AT")
+        a.start()
+
+        # Then the pipeline has one owner (a, or the target once a learnt it adopted it),
+        # it completes, and every task ran once
+        def finished() -> dict[str, Any] | None:
+            owners = _owners(cluster, pid)
+            if len(owners) != 1:
+                return None
+            ((owner, _),) = owners
+            return pipeline_done(cluster.nodes[cluster.name_of(owner)], pid)
+
+        done = wait_until(finished, 60, "the pipeline to finish with one owner")
+        assert done["status"] == "completed", cluster.logs()
+        _each_once(log, 40)
+        if step in ("handoff_adopted", "handoff_demoted"):
+            assert done["owner_id"] != cluster.ids["a"]  # the target had adopted it

@@ -95,6 +95,9 @@ class OwnerRouter:
         #: sent to an owner that has just been suspended waits for the request's timeout; the
         #: successor takes it from here meanwhile
         self._inflight: dict[str, tuple[str, int, str, JSON]] = {}
+        #: tasks of pipelines this node has taken over or been handed (the newest): a report
+        #: of them still on its way to the old owner comes back here
+        self._rehomed: OrderedDict[str, None] = OrderedDict()
         self._turn = itertools.count()
 
     @property
@@ -140,6 +143,9 @@ class OwnerRouter:
             if owner is None:
                 self._claimed.pop(task.id, None)
                 self._tasks.pop(task.id, None)
+                self._rehomed[task.id] = None
+                while len(self._rehomed) > DELIVERED_KEPT:
+                    self._rehomed.popitem(last=False)
             else:
                 self._claimed[task.id] = owner
                 self._tasks[task.id] = task
@@ -327,15 +333,15 @@ class OwnerRouter:
             )
         except errors.StoreError as exc:
             self._owners.unreachable(owner, exc)
-            task = self._tasks[failure.task_id]
-            await self.local.outbox_put(
-                self._owner_now(failure.task_id, owner),
-                failure.task_id,
-                failure.attempt,
-                "fail",
-                protocol.failure_to_json(failure),
-            )
+            held = self._tasks.get(failure.task_id)
+            target = self._owner_now(failure.task_id, owner)
+            await self.local.outbox_put(target, failure.task_id, failure.attempt, "fail", body)
             self._forget(failure.task_id, failure.attempt)
+            if target == self.node_id:  # this node owns the pipeline now
+                await self.deliver_own_outbox()
+                return await self.local.get_task(failure.task_id)
+            if held is None:
+                raise
             logger.warning(
                 "owner %s unreachable: the failure of %s waits in the outbox (%s)",
                 owner.node_id,
@@ -345,7 +351,7 @@ class OwnerRouter:
             )
             # as far as this node knows: the owner applies its retry policy on delivery
             return dataclasses.replace(
-                task, error=failure.error, error_type=failure.error_type.value
+                held, error=failure.error, error_type=failure.error_type.value
             )
         finally:
             self._inflight.pop(failure.task_id, None)
@@ -385,9 +391,12 @@ class OwnerRouter:
         self, owner: RemoteOwner, items: list[CompletionItem], exc: errors.StoreError
     ) -> list[Completed | errors.FredicaError]:
         """Keep results the owner could not take; they count as accepted here."""
+        home = False
         for item in items:
+            target = self._owner_now(item.task_id, owner)
+            home = home or target == self.node_id
             await self.local.outbox_put(
-                self._owner_now(item.task_id, owner),
+                target,
                 item.task_id,
                 item.attempt,
                 "complete",
@@ -401,6 +410,8 @@ class OwnerRouter:
                 exc,
                 extra={"action": "outbox"},
             )
+        if home:  # this node owns the pipeline now: applied at once
+            await self.deliver_own_outbox()
         return [
             Completed(i.task_id, i.attempt, self._pipeline(i.task_id), TaskStatus.COMPLETED)
             for i in items
@@ -428,6 +439,8 @@ class OwnerRouter:
         may have taken the pipeline over while the report to `asked` was on its way (`moved`);
         the results addressed to the old owner were readdressed then, this one was not yet."""
         owner = self._claimed.get(task_id)
+        if owner is None and task_id in self._rehomed:
+            return self.node_id
         return (owner or asked).node_id
 
     def _pipeline(self, task_id: str) -> str | None:

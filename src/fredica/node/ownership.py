@@ -158,6 +158,7 @@ class Ownership:
         self._lock = asyncio.Lock()
         self.moves = 0  # pipelines moved to or from this node since it started
         self._task: asyncio.Task[None] | None = None
+        self._announcing: set[asyncio.Task[None]] = set()
 
     # --- authority (router.Authority) --------------------------------------------------------
     def may_act(self, task_id: str | None = None) -> bool:
@@ -200,13 +201,20 @@ class Ownership:
                 extra={"action": "handoff"},
             )
         away = self._clock.now() - last_seen if last_seen else 0.0
-        if self.takeover and self._membership.peers() and away >= self.lease.lapse_after:
+        # peers known: from the seeds, or from the node registry (a node with no seeds, the
+        # one the others name as theirs, learns its peers only when they call it)
+        known = bool(self._membership.peers()) or any(
+            r.id != self.node_id for r in await self._store.list_nodes()
+        )
+        if self.takeover and known and away >= self.lease.lapse_after:
             self.lease.peers_known = True
             self.lease.unconfirm()
         await self._refresh_took_over()
         self._task = asyncio.create_task(self._loop(), name="fredica-ownership")
 
     async def stop(self) -> None:
+        for task in self._announcing:
+            task.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -388,6 +396,8 @@ class Ownership:
         await self._announce(transfers, previous)
 
     async def _announce(self, transfers: Sequence[Transfer], previous: str) -> None:
+        """Tell every peer that this node owns `transfers`' pipelines now, at the epoch after
+        theirs (`POST /cluster/owner`)."""
         body = {
             "owner": self.node_id,
             "previous": previous,
@@ -400,9 +410,9 @@ class Ownership:
                 for tr in transfers
             ],
         }
-        for owner in self._membership.owners():
+        for peer in self._membership.owners():
             with contextlib.suppress(errors.FredicaError):
-                await owner.call("POST", "/cluster/owner", body)
+                await peer.call("POST", "/cluster/owner", body)
 
     async def learn(self, body: JSON) -> JSON:
         """A peer says it owns these pipelines now (`POST /cluster/owner`): reports of their
@@ -644,9 +654,23 @@ class Ownership:
             )
             crash_point("adopt_committed")
             if adopted:
+                # what this node runs of it reports here now, and what it kept for the old
+                # owner applies here
+                ids = {t.id for t in transfer.tasks}
+                self._router.moved([t for t in self._router.held_tasks() if t.id in ids], None)
+                await self._store.outbox_readdress(list(ids), self.node_id)
+                await self._router.deliver_own_outbox()
                 self.moves += 1
                 await self._refresh_took_over()
                 self._changed(transfer.pipeline.id)
+                # the peers' reports of its tasks come here now, and the results they keep
+                # for the old owner are readdressed (else this node, hearing nothing of them,
+                # would reclaim them and run them twice); told from here, not by the old
+                # owner, so that it holds also when the old owner dies right after this
+                self._announcing.add(
+                    asyncio.create_task(self._announce([transfer], previous), name="announce")
+                )
+                self._announcing = {t for t in self._announcing if not t.done()}
         answer = await self._store.export_pipeline(transfer.pipeline.id)
         return {"adopted": adopted, "transfer": protocol.transfer_to_json(answer)}
 
