@@ -9,9 +9,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fredica.cli.demo import free_port
 from tests.cluster.support import get, make_cluster
 from tests.e2e.conftest import FAST_CONFIG, ServedNode, wait_until
+from tests.e2e.test_web import WAIT_MS, expect, screenshot
+from tests.e2e.test_web_results import _close, _open, chromium
+
+try:
+    from playwright.sync_api import Browser
+except ImportError:  # pragma: no cover - reported by the chromium fixture
+    Browser = Any  # type: ignore[misc,assignment]
+
+__all__ = ["chromium"]  # the browser fixture
+NO_SIDEWAYS = "document.documentElement.scrollWidth <= window.innerWidth"
 
 SETTLE = 1.5  # seconds a file must stay unchanged
 CHUNKS = 20  # the slow copy: 20 writes, 0.25 s apart (5 s)
@@ -168,3 +180,54 @@ def test_a_second_node_watching_the_same_share_does_not_duplicate(tmp_path: Path
         assert rescanned["libraries"][0]["counts"]["queued"] == 2
         assert [p["id"] for p in own_pipelines(a)] == [first[0]["id"]]
         assert [p["id"] for p in own_pipelines(b)] == [second[0]["id"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("locale", "width"), [("en-US", 1366), ("zh-CN", 390)])
+def test_the_libraries_page_shows_files_and_processes_one_again(
+    chromium: Browser, tmp_path: Path, locale: str, width: int
+) -> None:
+    share = tmp_path / "share"
+    share.mkdir()
+    (share / "clip.bin").write_bytes(b"clip")
+    config = tmp_path / "worker.yaml"
+    config.write_text(FAST_CONFIG.format(grace=2) + library_yaml(share, settle=0.3))
+    node = ServedNode(tmp_path / "data", config, free_port(), tmp_path / "node.log").start()
+    try:
+        first = wait_until(lambda: own_pipelines(node), 20, "the file's pipeline")
+        wait_until(lambda: finished(node, first[0]["id"]), 30, "the pipeline to end")
+        (share / "gone.bin").write_bytes(b"soon gone")
+        wait_until(lambda: len(own_pipelines(node)) == 2, 20, "the second file's pipeline")
+        (share / "gone.bin").unlink()
+        wait_until(lambda: library_files(node)["gone.bin"]["status"] == "gone", 20, "gone")
+        page = _open(chromium, f"{node.url}/libraries", locale, (width, 844))
+        zh = locale == "zh-CN"
+        expect(page.locator("h1")).to_have_text(
+            "媒体库（监视文件夹）" if zh else "Libraries (watch folders)"
+        )
+        card = page.locator('.library-card[data-library="share"]')
+        clip = card.locator('tr[data-path="clip.bin"]')
+        expect(clip).to_have_attribute("data-status", "queued", timeout=WAIT_MS)
+        expect(clip.locator(".badge")).to_have_text("已处理" if zh else "processed")
+        expect(clip.locator("a")).to_have_attribute("href", f"/pipelines/{first[0]['id']}")
+        gone = card.locator('tr[data-path="gone.bin"]')
+        expect(gone.locator(".badge")).to_have_text("已消失" if zh else "gone")
+        expect(gone.locator('[data-action="reprocess"]')).to_have_count(0)
+        # "Process again": a new pipeline of the same file, linked from its row
+        clip.locator('[data-action="reprocess"]').click()
+        wait_until(lambda: len(own_pipelines(node)) == 3, 20, "the new pipeline")
+        newest = library_files(node)["clip.bin"]["pipeline_id"]
+        assert newest != first[0]["id"]
+        expect(clip.locator("a")).to_have_attribute("href", f"/pipelines/{newest}", timeout=WAIT_MS)
+        # "Scan now" answers with what the scan did
+        card.locator('[data-action="rescan"]').click()
+        expect(page.locator(".toast").last).to_contain_text(
+            "已扫描 share" if zh else "Scanned share", timeout=WAIT_MS
+        )
+        assert page.evaluate(NO_SIDEWAYS), page.evaluate(
+            "[document.documentElement.scrollWidth, innerWidth]"
+        )
+        screenshot(page, f"libraries-{width}-{locale[:2]}")
+        _close(page)
+    finally:
+        node.terminate()
