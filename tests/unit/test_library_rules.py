@@ -102,3 +102,35 @@ def test_history_keeps_the_newest_entries() -> None:
         history = rules.with_event(history, float(i), "touched", pipeline_id=None)
     assert len(history) == rules.HISTORY_LIMIT
     assert history[-1] == {"at": float(rules.HISTORY_LIMIT + 4), "event": "touched"}
+
+
+def test_the_lowest_reached_node_that_has_the_library_watches_it() -> None:
+    peer = rules.PeerLibraries
+    # alone: this node
+    assert rules.elect_watcher("node-m", "films", []) == "node-m"
+    # a reached peer with a lower id and the same library watches it; one without it does not
+    assert rules.elect_watcher("node-m", "films", [peer("node-a", True, False, ("films",))]) == (
+        "node-a"
+    )
+    assert rules.elect_watcher("node-m", "films", [peer("node-a", True, False, ("tv",))]) == (
+        "node-m"
+    )
+    # a peer not reached yet (a seed that has not answered): undecided, nothing is taken
+    assert rules.elect_watcher("node-m", "films", [peer(None, False, False)]) is None
+    assert (
+        rules.elect_watcher("node-m", "films", [peer("node-a", False, False, ("films",))]) is None
+    )
+    # a peer given up as offline does not count: this node takes over
+    assert (
+        rules.elect_watcher("node-m", "films", [peer("node-a", False, True, ("films",))])
+        == "node-m"
+    )
+    # every node computes the same answer from its own view
+    views = {
+        "node-b": [peer("node-c", True, False, ("films",)), peer("node-a", True, False, ())],
+        "node-c": [peer("node-b", True, False, ("films",)), peer("node-a", True, False, ())],
+    }
+    assert {me: rules.elect_watcher(me, "films", v) for me, v in views.items()} == {
+        "node-b": "node-b",
+        "node-c": "node-b",
+    }

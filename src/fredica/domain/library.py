@@ -132,6 +132,31 @@ def with_event(history: tuple[JSON, ...], at: float, event: str, **extra: Any) -
     return (*history, entry)[-HISTORY_LIMIT:]
 
 
+@dataclass(frozen=True, slots=True)
+class PeerLibraries:
+    """A peer as the watcher election sees it."""
+
+    node_id: str | None
+    reached: bool  # online, and its replica was pulled since this node started
+    given_up: bool  # failed often enough to count as offline
+    libraries: tuple[str, ...] = ()
+
+
+def elect_watcher(self_id: str, library: str, peers: list[PeerLibraries]) -> str | None:
+    """The node that watches `library`: the lowest id among this node and the reached peers
+    that have it. None while a known peer is neither reached nor given up (who it is, and
+    what it watches, is not known yet)."""
+    candidates = [self_id]
+    for peer in peers:
+        if peer.node_id == self_id:
+            continue
+        if not peer.reached and not peer.given_up:
+            return None
+        if peer.reached and peer.node_id and library in peer.libraries:
+            candidates.append(peer.node_id)
+    return min(candidates)
+
+
 @dataclass
 class _Seen:
     size: int

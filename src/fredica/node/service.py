@@ -31,6 +31,7 @@ from fredica.cluster.remote import RemoteOwner
 from fredica.cluster.router import OwnerRouter
 from fredica.config import schema as config
 from fredica.domain import errors, models, node_state
+from fredica.domain import library as library_rules
 from fredica.domain.clock import Clock, SystemClock
 from fredica.domain.history import ListFilter
 from fredica.domain.models import ShutdownType
@@ -824,16 +825,16 @@ class Node:
         replica pulled) or is offline; None until then."""
         if self.membership is None:
             return self.node_id
-        candidates = [self.node_id]
-        for peer in self.membership.peers():
-            if peer.node_id == self.node_id:
-                continue
-            reached = peer.online and peer.joined
-            if not reached and peer.failures < membership_mod.OFFLINE_AFTER_FAILURES:
-                return None  # not reached yet (or just lost): who it is is not settled
-            if reached and peer.node_id and name in (peer.info.get("libraries") or []):
-                candidates.append(peer.node_id)
-        return min(candidates)
+        peers = [
+            library_rules.PeerLibraries(
+                peer.node_id,
+                peer.online and peer.joined,
+                peer.failures >= membership_mod.OFFLINE_AFTER_FAILURES,
+                tuple(peer.info.get("libraries") or ()),
+            )
+            for peer in self.membership.peers()
+        ]
+        return library_rules.elect_watcher(self.node_id, name, peers)
 
     def _cloud_section(self, task: models.NewTask) -> str | None:
         """The capability section whose cloud permission a task needs ('ai_analyze'), if
