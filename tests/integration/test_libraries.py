@@ -18,6 +18,7 @@ from fredica.node.service import Node
 
 from .conftest import node_client
 from .test_api import wait_pipeline
+from .test_engine import wait_for
 
 SETTLE = 5.0
 
@@ -224,3 +225,24 @@ async def test_an_unknown_template_stops_the_node_naming_the_key(tmp_path: Path)
             tmp_path / "data", config=library_config(folder, template="no_such")
         ):
             pass
+
+
+async def test_inotify_wakes_a_scan_long_before_the_interval(tmp_path: Path) -> None:
+    # Given a library scanned once an hour, with inotify, and a short settle time
+    folder = tmp_path / "inbox"
+    (folder / "deep").mkdir(parents=True)
+    config = library_config(folder, inotify=True, settle_sec=0.2)
+    async with node_client(tmp_path / "data", config=config) as (client, _):
+        listed = (await client.get("/api/v1/libraries")).json()["libraries"][0]
+        assert listed["inotify"] is True
+        first_scan = listed["last_scan_at"]
+        assert first_scan is not None
+        # When a file lands in a subfolder, then it becomes a pipeline without any rescan asked
+        (folder / "deep" / "new.bin").write_bytes(b"fresh")
+
+        async def taken() -> bool:
+            row = (await files(client)).get("deep/new.bin")
+            return bool(row and row["pipeline_id"])
+
+        await wait_for(taken, timeout=10)
+        assert len(await pipelines(client)) == 1
