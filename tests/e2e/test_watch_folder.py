@@ -125,6 +125,9 @@ def test_a_slow_copy_becomes_one_pipeline_after_it_ends_even_across_a_restart(
         )
         shown = node.cli("library", "files", "share")
         assert "talk.bin" in shown.stdout and "gone" in shown.stdout, shown.stdout
+        history = node.cli("library", "files", "share", "--history").stdout
+        events = [line.split("│")[3].strip() for line in history.splitlines() if "talk.bin" in line]
+        assert events == ["new", "gone"], history
         file_id = library_files(node)["talk.bin"]["id"]
         refused = node.cli("library", "reprocess", "share", file_id, check=False)
         assert refused.returncode == 1

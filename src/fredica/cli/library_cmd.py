@@ -69,6 +69,24 @@ def files_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
+def history_table(rows: list[dict[str, Any]]) -> Table:
+    """Every history entry of a library's files, oldest first: the library's history."""
+    table = Table("when", "path", "event", "pipeline", "detail")
+    events = sorted(
+        ((e, f["path"]) for f in rows for e in f.get("history") or []), key=lambda x: x[0]["at"]
+    )
+    for event, path in events:
+        detail = event.get("from_path") or event.get("to_path") or ""
+        table.add_row(
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(event["at"]))),
+            path,
+            str(event["event"]),
+            (event.get("pipeline_id") or "")[:12],
+            str(detail),
+        )
+    return table
+
+
 @library_app.command("list")
 def library_list(node: client.NodeOpt = client.DEFAULT_NODE, as_json: JsonOpt = False) -> None:
     """Every library of the node: folder, template, which node watches it, files per status."""
@@ -81,13 +99,21 @@ def library_list(node: client.NodeOpt = client.DEFAULT_NODE, as_json: JsonOpt = 
 
 @library_app.command("files")
 def library_files(
-    name: str, node: client.NodeOpt = client.DEFAULT_NODE, as_json: JsonOpt = False
+    name: str,
+    node: client.NodeOpt = client.DEFAULT_NODE,
+    as_json: JsonOpt = False,
+    history: Annotated[
+        bool, typer.Option("--history", help="The library's history: every event, oldest first.")
+    ] = False,
 ) -> None:
     """The files of a library: status (settling, queued, watched_elsewhere, gone, error) and
-    the pipeline each became."""
+    the pipeline each became; with --history, what happened to them (new, changed, touched,
+    moved, gone, back, reprocess)."""
     data = Client(node).request("GET", f"{_path(name)}/files")
     if as_json:
         console.print_json(data=data)
+    elif history:
+        console.print(history_table(data["files"]))
     else:
         console.print(files_table(data["files"]))
 
