@@ -449,6 +449,26 @@ class FanOutTemplate(Template):
         )
 
 
+class ReadSourceTemplate(Template):
+    """One TEST_READ_INPUT of `source` (the watch-folder tests: what the pipeline read)."""
+
+    name = "test_read_source"
+
+    def build(self, request: PipelineRequest, ctx: BuildContext) -> models.NewPipeline:
+        if not request.source:
+            raise errors.InvalidRequest("source: required")
+        return models.NewPipeline(
+            template=self.name,
+            material_id=request.material_id or f"read:{uuid.uuid4()}",
+            tasks=(
+                models.NewTask(
+                    id=str(uuid.uuid4()), type="TEST_READ_INPUT", payload={"path": request.source}
+                ),
+            ),
+            params={**request.params, "source": request.source},
+        )
+
+
 def register(registry: Registry) -> None:
     for executor in (
         SleepExecutor(),
@@ -470,3 +490,4 @@ def register(registry: Registry) -> None:
     ):
         registry.add_executor(executor)
     registry.add_template(FanOutTemplate())
+    registry.add_template(ReadSourceTemplate())

@@ -28,6 +28,7 @@ from fredica.api import (
     errors,
     routes_cluster,
     routes_files,
+    routes_libraries,
     routes_media,
     routes_node,
     routes_pipelines,
@@ -59,6 +60,7 @@ API_ROUTERS = (
     routes_files.router,
     routes_settings.router,
     routes_media.router,
+    routes_libraries.router,
 )
 
 

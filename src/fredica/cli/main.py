@@ -712,6 +712,9 @@ def _mount_node_commands() -> None:
     from fredica.cli import node_cmd
 
     app.add_typer(node_cmd.node_app, name="node")
+    from fredica.cli import library_cmd
+
+    app.add_typer(library_cmd.library_app, name="library")
 
 
 _mount_node_commands()

@@ -414,6 +414,47 @@ class RuntimeState(sections.Section):
     gpu_score_cache_key: str = ""
 
 
+_LIBRARY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class LibraryConfig(sections.Section):
+    """One watched folder (`libraries:`): every new or changed file that matches becomes a
+    pipeline of `template` with `params`, once, after it stayed unchanged for `settle_sec`."""
+
+    name: str
+    folder: str
+    template: str = Field(min_length=1, max_length=100)
+    params: dict[str, Any] = Field(default_factory=dict)
+    include: Annotated[list[str], BeforeValidator(sections.none_to_list)] = Field(
+        default_factory=lambda: ["*"]
+    )
+    exclude: Annotated[list[str], BeforeValidator(sections.none_to_list)] = Field(
+        default_factory=list
+    )
+    scan_interval_sec: sections.PositiveFloat = 60.0
+    settle_sec: Annotated[float, sections.between(0, 86400)] = 10.0
+    inotify: bool = True
+    enabled: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> LibraryConfig:
+        if not _LIBRARY_NAME.match(self.name):
+            raise sections.PathError(
+                ("name",),
+                "must be 1-64 letters, digits, '_', '.' or '-' (starting with a letter or "
+                f"digit), got {self.name!r}",
+            )
+        if not self.folder.strip() or not Path(self.folder).expanduser().is_absolute():
+            raise sections.PathError(
+                ("folder",), f"must be an absolute directory path, got {self.folder!r}"
+            )
+        for key in ("include", "exclude"):
+            for i, pattern in enumerate(getattr(self, key)):
+                if not pattern.strip():
+                    raise sections.PathError((key, i), "must be a non-empty glob pattern")
+        return self
+
+
 class WorkerConfig(sections.Section):
     """The whole worker.yaml."""
 
@@ -436,6 +477,10 @@ class WorkerConfig(sections.Section):
     media_folders: Annotated[list[str], BeforeValidator(sections.none_to_list)] = Field(
         default_factory=list
     )
+    #: watched folders: new and changed files become pipelines (docs/libraries.md)
+    libraries: Annotated[list[LibraryConfig], BeforeValidator(sections.none_to_list)] = Field(
+        default_factory=list
+    )
 
     @model_validator(mode="after")
     def _check_plugins(self) -> WorkerConfig:
@@ -449,6 +494,13 @@ class WorkerConfig(sections.Section):
                 raise sections.PathError(
                     ("media_folders", i), f"must be an absolute directory path, got {folder!r}"
                 )
+        seen: set[str] = set()
+        for i, library in enumerate(self.libraries):
+            if library.name in seen:
+                raise sections.PathError(
+                    ("libraries", i, "name"), f"duplicate library name {library.name!r}"
+                )
+            seen.add(library.name)
         return self
 
     @property

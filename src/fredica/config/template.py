@@ -278,6 +278,21 @@ storage:
 # Read-only folders the web UI may pick source files from, e.g. ["/srv/media", "/home/me/Videos"]
 media_folders: []
 
+# Watched folders (docs/libraries.md): every new or changed file matching `include` (and not
+# `exclude`) becomes ONE pipeline of `template`, once it stayed unchanged for `settle_sec`.
+# A periodic scan every `scan_interval_sec` always runs; inotify (Linux) only makes it quicker.
+# libraries:
+#   - name: films
+#     folder: /srv/media/films
+#     template: media
+#     params: {}
+#     include: ["*.mkv", "*.mp4"]
+#     exclude: ["*.part", ".*"]
+#     scan_interval_sec: 60
+#     settle_sec: 10
+#     inotify: true
+libraries: []
+
 # -- Task store ----------------------------------------------------------------------------------
 # Empty: the embedded SQLite file in the data dir (one machine, or a home cluster).
 # "postgresql://user:password@host:5432/fredica": every node of an always-on cluster points at

@@ -24,12 +24,14 @@ from typing import Any
 from fredica import auth
 from fredica.capabilities import catalog, task_types
 from fredica.cluster import discovery, files
+from fredica.cluster import membership as membership_mod
 from fredica.cluster.gate import ClaimGate, PeerView
 from fredica.cluster.membership import Membership
 from fredica.cluster.remote import RemoteOwner
 from fredica.cluster.router import OwnerRouter
 from fredica.config import schema as config
 from fredica.domain import errors, models, node_state
+from fredica.domain import library as library_rules
 from fredica.domain.clock import Clock, SystemClock
 from fredica.domain.history import ListFilter
 from fredica.domain.models import ShutdownType
@@ -55,6 +57,7 @@ from fredica.node import (
     sweeper,
     task_files,
 )
+from fredica.node import libraries as node_libraries
 from fredica.node import materials as node_materials
 from fredica.node import settings as node_settings
 from fredica.node import stats as node_stats
@@ -299,6 +302,18 @@ class Node:
         )
         self.stats = node_stats.Stats(store)
         self.materials = node_materials.Materials(store, settings.node_id, settings.data_dir)
+        #: watch folders (`libraries:`): new and changed files become pipelines
+        self.libraries = node_libraries.Libraries(
+            cfg.libraries,
+            settings.node_id,
+            store,
+            self.clock,
+            self._create_for_library,
+            self._existing_pipeline,
+            self.library_watcher,
+            lambda: self.registry.template_names,
+        )
+        self.libraries.check()
 
     @property
     def node_id(self) -> str:
@@ -368,6 +383,7 @@ class Node:
         self._sweeping = asyncio.create_task(self.sweeper.run(self.changes), name="fredica-sweep")
         if self.notifier.enabled:
             await self._start_notifier()
+        self.libraries.start()
         if self.membership is not None:
             self.membership.start()
         if self.discovery is not None:
@@ -580,6 +596,7 @@ class Node:
             "uptime_sec": round(time.monotonic() - self._up_since, 1),
             **(self.ownership.info() if self.ownership is not None else {}),
             "cloud_spend_today": self.cloud_spend_today(),
+            "libraries": self.libraries.names(),
         }
 
     def cloud_spend_today(self) -> dict[str, Any] | None:
@@ -683,6 +700,7 @@ class Node:
     async def stop(self, grace: float | None = None) -> None:
         """Graceful stop: finish or release running work, then record a CLEAN shutdown."""
         self.changes.close()
+        await self.libraries.stop()
         for side in (self._presence, self._stranded, self._sweeping):
             if side is not None:
                 await _cancel(side)
@@ -787,6 +805,36 @@ class Node:
             self.changes.notify(pipeline.id)
             self.engine.wake()
         return pipeline, deduplicated
+
+    async def _create_for_library(self, request: PipelineRequest) -> tuple[str, bool]:
+        pipeline, deduplicated = await self.create_pipeline(request)
+        return pipeline.id, deduplicated
+
+    async def _existing_pipeline(self, material_id: str, template: str) -> str | None:
+        """A pipeline of this material and template, this node's or a replica of another's
+        (any status: a library file is processed once, "process again" is explicit)."""
+        where = ListFilter(q=material_id, template=template)
+        for pipeline in await self.cluster_pipelines(None, 20, 0, where):
+            if pipeline.material_id == material_id and pipeline.template == template:
+                return pipeline.id
+        return None
+
+    def library_watcher(self, name: str) -> str | None:
+        """The node that watches library `name`: this one alone, else the lowest node id among
+        the online peers that have it, decided once every known peer was reached (its
+        replica pulled) or is offline; None until then."""
+        if self.membership is None:
+            return self.node_id
+        peers = [
+            library_rules.PeerLibraries(
+                peer.node_id,
+                peer.online and peer.joined,
+                peer.failures >= membership_mod.OFFLINE_AFTER_FAILURES,
+                tuple(peer.info.get("libraries") or ()),
+            )
+            for peer in self.membership.peers()
+        ]
+        return library_rules.elect_watcher(self.node_id, name, peers)
 
     def _cloud_section(self, task: models.NewTask) -> str | None:
         """The capability section whose cloud permission a task needs ('ai_analyze'), if

@@ -25,6 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from fredica.domain import errors
 from fredica.domain.history import ListFilter
+from fredica.domain.library import LibraryFile
 from fredica.domain.models import (
     JSON,
     ErrorType,
@@ -746,3 +747,16 @@ class TaskStore(ABC):
     @abstractmethod
     async def local_running(self, node_id: str | None = None) -> list[Task]:
         """Tasks claimed by `node_id` that are claimed, running or stale."""
+
+    # watch folders (the files this node saw in its libraries)
+    @abstractmethod
+    async def library_files(self, library: str) -> list[LibraryFile]:
+        """Every file this node recorded in `library`, by path."""
+
+    @abstractmethod
+    async def library_file(self, file_id: str) -> LibraryFile | None:
+        """One recorded library file of this node, or None."""
+
+    @abstractmethod
+    async def save_library_file(self, item: LibraryFile) -> None:
+        """Insert or replace the record of (`item.library`, `item.path`)."""

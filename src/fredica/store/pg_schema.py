@@ -247,6 +247,27 @@ CREATE TABLE replica_deleted (
 ALTER TABLE task ADD COLUMN ready_since DOUBLE PRECISION;
 UPDATE task SET ready_since = updated_at WHERE status = 'pending' AND unmet_deps = 0;
 """,
+    # 7: SQLite migration 8 (watch folders): the files a node saw in each library, their
+    # identity (size, mtime, content hash) and the pipeline each became
+    """
+CREATE TABLE library_file (
+    id TEXT PRIMARY KEY,
+    node_id TEXT NOT NULL,
+    library TEXT NOT NULL,
+    path TEXT NOT NULL,
+    size BIGINT NOT NULL,
+    mtime DOUBLE PRECISION NOT NULL,
+    sha256 TEXT,
+    status TEXT NOT NULL,
+    pipeline_id TEXT,
+    note TEXT NOT NULL DEFAULT '',
+    first_seen_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL,
+    history TEXT NOT NULL DEFAULT '[]',
+    UNIQUE (node_id, library, path)
+);
+CREATE INDEX library_file_hash ON library_file (node_id, library, sha256);
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

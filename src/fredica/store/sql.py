@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from fredica.domain import errors, history, timeseries
 from fredica.domain.clock import Clock
 from fredica.domain.history import ListFilter
+from fredica.domain.library import LibraryFile
 from fredica.domain.models import (
     JSON,
     TERMINAL_STATUSES,
@@ -37,7 +38,7 @@ from fredica.domain.models import (
     TaskStatus,
 )
 from fredica.domain.timeseries import TaskAtStart, Timeline, TimelineEvent
-from fredica.store import control, lists, peering, work
+from fredica.store import control, library, lists, peering, work
 from fredica.store.base import (
     CancelOutcome,
     ChangeBatch,
@@ -332,6 +333,16 @@ class SQLStore(TaskStore):
             )
 
         await self._write(write)
+
+    # --- watch folders ---------------------------------------------------------------------------
+    async def library_files(self, library_name: str) -> list[LibraryFile]:
+        return await self._read(lambda conn: library.files(conn, self.node_id, library_name))
+
+    async def library_file(self, file_id: str) -> LibraryFile | None:
+        return await self._read(lambda conn: library.get(conn, self.node_id, file_id))
+
+    async def save_library_file(self, item: LibraryFile) -> None:
+        await self._write(lambda tx: library.save(tx, item))
 
     # --- creation and control -----------------------------------------------------------------
     async def create_pipeline(self, spec: NewPipeline) -> tuple[Pipeline, bool]:

@@ -27,6 +27,7 @@ INDEX_HTML = STATIC_DIR / "index.html"
 PAGES: tuple[str, ...] = ("/", "/processing", "/tools", "/pipelines/{pipeline_id}")
 PAGES += ("/history",)
 PAGES += ("/settings", "/charts", "/materials")  # settings, charts, the material list
+PAGES += ("/libraries",)  # watch folders
 
 router = APIRouter(tags=["web"])
 

@@ -11,6 +11,7 @@ import "./notifications.js";
 import { renderSettings } from "./settings.js";
 import { renderCharts } from "./charts.js";
 import { renderMaterials } from "./materials.js";
+import { renderLibraries } from "./libraries.js";
 import "./media.js";
 import { clear } from "./dom.js";
 
@@ -22,6 +23,7 @@ const ROUTES = [
   [/^\/settings\/?$/, "settings", () => renderSettings],
   [/^\/charts\/?$/, "charts", () => renderCharts],
   [/^\/materials\/?$/, "materials", () => renderMaterials],
+  [/^\/libraries\/?$/, "libraries", () => renderLibraries],
 ];
 
 let cleanup = null;
