@@ -247,7 +247,7 @@ class FingerprintAudioExecutor(TaskExecutor):
         exe = ctx.backend_config.get("fpcalc_path") or shutil.which("fpcalc")
         if not exe:
             raise errors.PermanentError("fpcalc is not installed (Debian: libchromaprint-tools)")
-        ctx.event("tool", f"fpcalc {exe}")
+        ctx.event("tool", f"{backend} (fpcalc {exe})")
         data = await fpcalc(ctx, str(exe), source, length, raw=False)
         result: dict[str, Any] = {
             "fingerprint": data["fingerprint"],
