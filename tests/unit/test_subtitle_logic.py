@@ -48,15 +48,29 @@ def test_ocr_verdict_needs_text_in_enough_frames() -> None:
     assert region["y_top_pct"] < 0.85 and region["y_bottom_pct"] > 0.9
 
 
-def test_best_offset_finds_a_shift_in_the_middle_of_its_plateau() -> None:
+def test_best_offset_puts_cue_starts_on_phrase_onsets() -> None:
     speech = np.zeros(3000, dtype=np.float32)
     for start in (200, 900, 1700, 2400):
         speech[start : start + 300] = 1
+        speech[start + 120 : start + 140] = 0  # a pause between words: inside the phrase
     subs = np.zeros_like(speech)
-    for start in (150, 850, 1650, 2350):  # cues 0.5 s early and 0.2 s longer than the speech
-        subs[start - 10 : start + 310] = 1
-    lag, score = subsync.best_offset(speech, subs, 400)
-    assert abs(lag - 50) <= 1 and score > 0.8
+    for start in (150, 850, 1650, 2350):  # cues 0.5 s early that stay up 0.4 s longer
+        subs[start : start + 340] = 1
+    lag = subsync.best_offset(speech, subs, 400)
+    assert lag == 50
+    moved = np.roll(subs, lag)
+    assert subsync.agreement(speech, moved) > 0.8 > subsync.agreement(speech, subs)
+
+
+def test_best_offset_does_not_push_the_cues_off_the_sound() -> None:
+    """Cues 3 s early in a short file: the answer is +3 s, not a lag moving them all out."""
+    speech = np.zeros(1600, dtype=np.float32)
+    for start in (320, 700, 1100):
+        speech[start : start + 300] = 1
+    subs = np.zeros_like(speech)
+    for start in (20, 400, 800):
+        subs[start : start + 300] = 1
+    assert subsync.best_offset(speech, subs, 2000) == 300
 
 
 def test_tts_slots_and_placement() -> None:

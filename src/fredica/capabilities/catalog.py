@@ -397,7 +397,8 @@ BACKENDS: tuple[BackendSpec, ...] = (
          needs="python speechbrain + NVIDIA GPU"),
     _row("nemo-diarize-gpu", F.SPEAKER_DIARIZE, G, 78, 86, min_vram_gb=8,
          needs="python nemo + NVIDIA GPU"),
-    _row("resemblyzer-cpu", F.SPEAKER_DIARIZE, C, 52, 62, needs="python resemblyzer"),
+    _row("resemblyzer-cpu", F.SPEAKER_DIARIZE, C, 52, 62,
+         needs="python resemblyzer (its encoder weights, run in numpy; no torch)"),
     # Not in the seed: fredica's built-in MFCC statistics + clustering (no model); clean
     # recordings with distinct voices only, so the lowest score.
     _row("builtin-mfcc-cluster", F.SPEAKER_DIARIZE, C, 30, 30, needs="numpy (built in)"),

@@ -130,7 +130,7 @@ RUNNABLE: dict[F, frozenset[str]] = {
         {"deepl-api", "openai-translate-api", "deepseek-translate-api", "ollama-translate"}
     ),
     F.SPEECH_ENHANCE: frozenset({"noisereduce"}),
-    F.SPEAKER_DIARIZE: frozenset({"builtin-mfcc-cluster"}),
+    F.SPEAKER_DIARIZE: frozenset({"resemblyzer-cpu", "builtin-mfcc-cluster"}),
     F.EMOTION_DETECT: frozenset({"nrc-emotion-lexicon", "onnx-emotion"}),
     F.SUBTITLE_SYNC: frozenset({"builtin-vad-xcorr", "ffsubsync"}),
     F.AUDIO_FINGERPRINT: frozenset({"chromaprint", "acoustid-api"}),

@@ -9,7 +9,8 @@ vision_llm`). Without one (the built-in `local-extractive` backend, or a backend
 `vision: false`), the frames are read by OCR (tesseract, from Debian's tesseract-ocr): text
 found in the lower part of the picture with confidence above 0.7, in at least
 `min_text_frames` frames, counts as hard subtitles (`detection_method: ocr_fallback`), and the
-band holding it is the region.
+band holding it is the region. The result's `backend` is what read the frames: the vision
+model's backend, or `tesseract` for the fallback.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ OCR_LOOKS = (
     ("white", "format=gray,lutyuv=y='if(gte(val,220),0,255)'"),
     ("grey", "format=gray"),
 )
+TESSERACT = "tesseract"
 TESSERACT_HINT = "install tesseract (Debian: apt-get install tesseract-ocr)"
 _JSON = re.compile(r"\{.*\}", re.DOTALL)
 
@@ -276,20 +278,24 @@ class DetectHardcodedSubtitleExecutor(TaskExecutor):
                     extra={"action": "hardsub_vision_fallback"},
                 )
                 vision_error = exc.message
+        ran = backend
         if result is None:
-            ctx.event("tool", "tesseract (OCR fallback)")
+            why = vision_error or f"{backend} has no vision"
+            ctx.event("tool", f"{TESSERACT} (OCR fallback: {why})")
+            ran = TESSERACT
             lang = str(payload.get("ocr_lang") or "eng")
             min_frames = int(
                 outputs.payload_number(payload, "min_text_frames", 2, low=1, high=count)
             )
             result = ocr_verdict(await ocr_frames(ctx, frames, height, lang), min_frames)
-            result["detection_method"] = "ocr_fallback"
+            result.update(detection_method="ocr_fallback", ocr_lang=lang, model=None)
             if vision_error:
                 result["vision_error"] = vision_error
         region = result.get("region") or {}
         result.update(
             {
-                "backend": backend,
+                "backend": ran,  # the tool that read the frames, not the one asked first
+                "vision_backend": backend if ran == backend else None,
                 "sample_times": times,
                 "video_path": str(video),
                 "y_top_pct": region.get("y_top_pct"),

@@ -5,8 +5,10 @@ FINGERPRINT_AUDIO.
   is denoise for this backend); `strength` 0-1 is the share of the noise taken out. Dereverb and
   source separation need DeepFilterNet / Demucs, which this node does not run: a PERMANENT
   error says so. The work runs in a child process (CPU-bound numpy).
-- DIARIZE_AUDIO with `builtin-mfcc-cluster` (see `diarization.py`): `min_speakers`,
-  `max_speakers` (0 = infer, up to 8), `min_segment_sec`; the seed's result shape.
+- DIARIZE_AUDIO with `resemblyzer-cpu` (the speaker encoder shipped in the resemblyzer wheel,
+  run in numpy by `voice_encoder.py`) or `builtin-mfcc-cluster` (see `diarization.py`):
+  `min_speakers`, `max_speakers` (0 = infer, up to 8), `min_segment_sec`; the seed's result
+  shape, with the backend and model that ran.
 - FINGERPRINT_AUDIO with `chromaprint` (the fpcalc tool): the Chromaprint fingerprint of the
   first `duration_sec` seconds (0 = all); the `acoustid-api` backend computes the same and looks
   it up in AcoustID with the node's key (`POST {endpoint}/v2/lookup`).
@@ -23,7 +25,15 @@ from typing import Any
 import numpy as np
 
 from fredica.domain import errors, models
-from fredica.executors import diarization, ffmpeg, httperrors, outputs, subsync, subtitles
+from fredica.executors import (
+    diarization,
+    ffmpeg,
+    httperrors,
+    outputs,
+    subsync,
+    subtitles,
+    voice_encoder,
+)
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
 from fredica.executors.process import SubprocessReporter as Reporter
@@ -33,6 +43,7 @@ DIARIZE_AUDIO = "DIARIZE_AUDIO"
 FINGERPRINT_AUDIO = "FINGERPRINT_AUDIO"
 NOISEREDUCE = "noisereduce"
 DIARIZE_BUILTIN = "builtin-mfcc-cluster"
+DIARIZE_RESEMBLYZER = "resemblyzer-cpu"
 CHROMAPRINT, ACOUSTID = "chromaprint", "acoustid-api"
 ACOUSTID_URL = "https://api.acoustid.org"
 MAX_AUTO_SPEAKERS = 8
@@ -146,13 +157,19 @@ class DiarizeAudioExecutor(TaskExecutor):
         if low > high:
             raise errors.PayloadError(f"min_speakers ({low}) is above max_speakers ({high})")
         backend = ctx.backend or DIARIZE_BUILTIN
-        if backend != DIARIZE_BUILTIN:
+        if backend not in (DIARIZE_BUILTIN, DIARIZE_RESEMBLYZER):
             raise errors.PermanentError(f"SPEAKER_DIARIZE backend {backend!r} is not run here")
-        ctx.event("tool", DIARIZE_BUILTIN)
+        model = None
+        if backend == DIARIZE_RESEMBLYZER:
+            weights = voice_encoder.weights_path()  # ResourceError when the wheel is missing
+            model = voice_encoder.MODEL
+            ctx.event("tool", f"{backend} ({model}, {weights}, numpy)")
+        else:
+            ctx.event("tool", backend)
         samples = await decode(ctx, source, diarization.RATE, ctx.output_dir)
         voiced = subsync.speech_frames(samples)
         segments = await ctx.run_in_subprocess(
-            diarize_in_child, samples, voiced, low, high, min_seg
+            diarize_in_child, samples, voiced, low, high, min_seg, backend
         )
         if payload.get("turns_dir"):  # one WAV per turn, for per-turn transcription
             write_turns(outputs.resolve(ctx.data_dir, str(payload["turns_dir"])), samples, segments)
@@ -163,7 +180,8 @@ class DiarizeAudioExecutor(TaskExecutor):
                 "segments": segments,
                 "duration_sec": round(len(samples) / diarization.RATE, 3),
                 "audio_path": str(source),
-                "backend": DIARIZE_BUILTIN,
+                "backend": backend,
+                "model": model,
             }
         )
 
@@ -186,9 +204,11 @@ def diarize_in_child(
     low: int,
     high: int,
     min_seg: float,
+    backend: str = DIARIZE_BUILTIN,
 ) -> list[dict[str, Any]]:
+    encoder = voice_encoder.VoiceEncoder() if backend == DIARIZE_RESEMBLYZER else None
     reporter.progress(30, "voice prints and clustering")
-    found = diarization.diarize(samples, voiced, low, high, min_seg)
+    found = diarization.diarize(samples, voiced, low, high, min_seg, encoder)
     return [
         {"speaker": f"SPEAKER_{s.speaker:02d}", "start_sec": s.start, "end_sec": s.end}
         for s in found
@@ -227,7 +247,7 @@ class FingerprintAudioExecutor(TaskExecutor):
         exe = ctx.backend_config.get("fpcalc_path") or shutil.which("fpcalc")
         if not exe:
             raise errors.PermanentError("fpcalc is not installed (Debian: libchromaprint-tools)")
-        ctx.event("tool", f"fpcalc {exe}")
+        ctx.event("tool", f"{backend} (fpcalc {exe})")
         data = await fpcalc(ctx, str(exe), source, length, raw=False)
         result: dict[str, Any] = {
             "fingerprint": data["fingerprint"],

@@ -375,9 +375,15 @@ def fix_timing(
     return out, report
 
 
+CLAMPED_MIN_SEC = 0.5  # a cue pushed wholly before 0 is shown this long (or its own length)
+
+
 def shift(cues: Sequence[Cue], offset: float) -> list[Cue]:
-    """Every cue moved by `offset` seconds (cues pushed before 0 start at 0)."""
-    return [
-        Cue(round(max(0.0, c.start + offset), 3), round(max(0.0, c.end + offset), 3), c.text)
-        for c in cues
-    ]
+    """Every cue moved by `offset` seconds; none is dropped: a cue pushed before 0 starts at 0,
+    and one pushed wholly before 0 keeps min(its length, CLAMPED_MIN_SEC) from 0."""
+    out = []
+    for c in cues:
+        start = max(0.0, c.start + offset)
+        end = max(c.end + offset, start + min(c.end - c.start, CLAMPED_MIN_SEC))
+        out.append(Cue(round(start, 3), round(end, 3), c.text))
+    return out
