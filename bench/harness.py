@@ -4,9 +4,11 @@ Benchmarks (`--only NAME`, repeatable): noop (fredica 2 and 8 workers, the Postg
 Huey 2 and 8 workers, Celery), claim (with the query plans of the hot path), claim_pg, latency,
 fanout, media, list (task and pipeline lists over HTTP at a million tasks), cluster (I/O-bound
 work on one and three `fredica serve` nodes of a home cluster; the claim round trip over
-HTTP). `--full` samples more and waits longer. Peers run only inside `noop`, next to fredica,
-so a ratio never mixes runs: `noop` runs every system once per round (`--rounds`, default 3),
-in alternating order, and reports medians over rounds.
+HTTP); asr_speed (long-file speech recognition beside faster-whisper's batched and plain
+transcription; only with `--only asr_speed`, it takes minutes). `--full` samples more and
+waits longer. Peers run only inside `noop`, next to fredica, so a ratio never mixes runs:
+`noop` runs every system once per round (`--rounds`, default 3), in alternating order, and
+reports medians over rounds.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 
 from bench import (
     api_load,
+    asr_speed,
     claim_cost,
     cluster_runs,
     fredica_runs,
@@ -57,7 +60,9 @@ BENCHMARKS = (
     "list",
     "cluster",
     "api_load",
+    "asr_speed",
 )
+ON_DEMAND = ("asr_speed",)  # run only when named with --only (minutes of speech recognition)
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,9 @@ class Config:
     api_load_tasks: int = 400  # I/O-bound tasks (0.02 s each, 8 slots) per api_load run
     api_load_clients: int = 20  # concurrent API clients in the loaded runs
     api_load_rounds: int = 2  # quiet and loaded per round, the order alternating
+    asr_minutes: float = 10.0  # asr_speed: length of the generated English talk
+    asr_rounds: int = 3  # asr_speed: alternating rounds (fredica, batched, plain)
+    asr_chunk_sec: float = 60.0  # asr_speed: fredica's chunk_duration_sec
 
 
 QUICK = Config()
@@ -255,6 +263,13 @@ def bench_cluster(cfg: Config, work: Path) -> dict[str, Any]:
     return cluster_runs.run(work, cfg.cluster_tasks, cfg.cluster_rounds, cfg.cluster_claim_samples)
 
 
+def bench_asr_speed(cfg: Config, work: Path) -> dict[str, Any]:
+    log(f"asr_speed: {cfg.asr_minutes:g} min file, {cfg.asr_rounds} alternating rounds")
+    doc = asr_speed.run(work, cfg.asr_minutes, cfg.asr_rounds, cfg.asr_chunk_sec)
+    asr_speed.write(doc)  # bench/results/asr_speed.{json,md}, the table the README quotes
+    return doc
+
+
 def bench_api_load(cfg: Config, work: Path) -> dict[str, Any]:
     return api_load.run(
         work, tasks=cfg.api_load_tasks, clients=cfg.api_load_clients, rounds=cfg.api_load_rounds
@@ -275,6 +290,7 @@ RUNNERS: dict[str, Callable[[Config, Path], dict[str, Any] | None]] = {
     "list": bench_list,
     "cluster": bench_cluster,
     "api_load": bench_api_load,
+    "asr_speed": bench_asr_speed,
 }
 
 
@@ -363,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.rounds < 1:
             parser.error("--rounds must be at least 1")
         cfg = replace(cfg, rounds=args.rounds)
-    names = [n for n in BENCHMARKS if n in (args.only or BENCHMARKS)]
+    default = [n for n in BENCHMARKS if n not in ON_DEMAND]
+    names = [n for n in BENCHMARKS if n in (args.only or default)]
     # A partial run must not overwrite the full table the README points at.
     out = args.out or RESULTS_DIR / ("latest" if not args.only else "only-" + "-".join(names))
     work = Path(tempfile.mkdtemp(prefix="fredica-bench-"))

@@ -6,6 +6,7 @@ to resample). SPLIT_AUDIO (executors/split.py) then cuts it into chunks.
 
 from __future__ import annotations
 
+import importlib
 import os
 import wave
 from pathlib import Path
@@ -28,6 +29,27 @@ def wav_duration(path: Path) -> tuple[float, int, int]:
             return wav.getnframes() / float(rate), rate, wav.getnchannels()
     except (wave.Error, EOFError, OSError) as exc:
         raise errors.PermanentError(f"not a readable WAV file: {path}: {exc}") from exc
+
+
+def is_pcm16k(path: Path) -> bool:
+    """Whether `path` is a 16 kHz mono 16-bit PCM WAV (read by sample index, no decoding)."""
+    try:
+        with wave.open(str(path), "rb") as wav:
+            ok = (wav.getframerate(), wav.getnchannels(), wav.getsampwidth())
+            return ok == (SAMPLE_RATE, 1, 2) and wav.getcomptype() == "NONE"
+    except (wave.Error, EOFError, OSError):
+        return False
+
+
+def read_span(path: Path, start_sec: float, seconds: float) -> Any:
+    """float32 samples of `seconds` from `start_sec` of a 16 kHz mono 16-bit WAV: only that
+    span is read, so a window of a long recording costs the window's memory, not the file's."""
+    np = importlib.import_module("numpy")
+    with wave.open(str(path), "rb") as wav:
+        first = min(max(0, round(start_sec * SAMPLE_RATE)), wav.getnframes())
+        wav.setpos(first)
+        raw = wav.readframes(max(0, round(seconds * SAMPLE_RATE)))
+    return np.frombuffer(raw, dtype=np.int16).astype(np.float32) / 32768.0
 
 
 def payload_output(ctx: TaskContext, payload: dict[str, Any], key: str, default: str) -> Path:

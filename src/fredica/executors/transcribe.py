@@ -29,6 +29,7 @@ from typing import Any
 
 from fredica.capabilities import packaged_models
 from fredica.domain import errors, models
+from fredica.executors import audio as audio_io
 from fredica.executors import cloud_asr, inference_worker, merge, outputs, whisper_pass
 from fredica.executors.base import ExecuteResult, TaskExecutor
 from fredica.executors.context import TaskContext
@@ -184,15 +185,27 @@ def detect_in_child(reporter: SubprocessReporter, spec: dict[str, Any]) -> dict[
             f"whisper model {spec['model_name']!r} is English-only and cannot detect languages; "
             "use a multilingual model (e.g. small) or give the pipeline a language"
         )
-    audio = _decode(str(spec["audio_path"]))
+    path = Path(str(spec["audio_path"]))
     sample_sec = float(spec["sample_sec"])
-    duration = len(audio) / SAMPLE_RATE
+    if audio_io.is_pcm16k(path):
+        # read only the windows: a long recording is never held in memory whole
+        duration = audio_io.wav_duration(path)[0]
+
+        def window(start: float, seconds: float) -> Any:
+            return audio_io.read_span(path, start, seconds)
+    else:
+        decoded = _decode(str(path))
+        duration = len(decoded) / SAMPLE_RATE
+
+        def window(start: float, seconds: float) -> Any:
+            return decoded[int(start * SAMPLE_RATE) : int((start + seconds) * SAMPLE_RATE)]
+
     starts = detection_windows(duration, sample_sec, int(spec.get("windows", DETECT_WINDOWS)))
     per_window: list[list[tuple[str, float]]] = []
     details = []
     for i, start in enumerate(starts):
         reporter.wait_if_paused()
-        sample = audio[int(start * SAMPLE_RATE) : int((start + sample_sec) * SAMPLE_RATE)]
+        sample = window(start, sample_sec)
         reporter.progress(10 + 85 * i / len(starts), f"window {i + 1}/{len(starts)}")
         try:
             # vad_filter: silence or music in a window says nothing about the language
@@ -204,7 +217,7 @@ def detect_in_child(reporter: SubprocessReporter, spec: dict[str, Any]) -> dict[
             {"start_sec": start, "language": language, "confidence": round(probability, 4)}
         )
     if not per_window:  # no speech found anywhere: let the model judge the first window
-        language, probability, ranked = model.detect_language(audio=audio[: SAMPLE_RATE * 30])
+        language, probability, ranked = model.detect_language(audio=window(0.0, 30.0))
         per_window.append([(code, float(p)) for code, p in ranked])
     method = f"whisper language detection, {len(starts)} window(s) averaged"
     return {
