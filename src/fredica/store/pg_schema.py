@@ -8,7 +8,7 @@ no counter row every writer would queue on, and `ord` columns keep insertion ord
 
 from __future__ import annotations
 
-from fredica.store.schema import ACTIVE_SQL, OWNERSHIP_MIGRATION
+from fredica.store.schema import ACTIVE_SQL, CHART_INDEXES, OWNERSHIP_MIGRATION
 
 MIGRATIONS: list[str] = [
     # 1: the schema of SQLite migrations 1 and 2
@@ -247,6 +247,8 @@ CREATE TABLE replica_deleted (
 ALTER TABLE task ADD COLUMN ready_since DOUBLE PRECISION;
 UPDATE task SET ready_since = updated_at WHERE status = 'pending' AND unmet_deps = 0;
 """,
+    # 7: SQLite migration 8 (the charts' indexes)
+    "".join(f"{create};\n" for _, create in CHART_INDEXES),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
