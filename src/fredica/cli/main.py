@@ -735,6 +735,15 @@ def _mount_node_commands() -> None:
 _mount_node_commands()
 
 
+def _mount_upload_command() -> None:
+    from fredica.cli import upload_cmd
+
+    app.command("upload")(upload_cmd.upload_command)
+
+
+_mount_upload_command()
+
+
 def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     app()
