@@ -277,6 +277,7 @@ async def test_ytdlp_and_hls_ffmpeg_backends(tmp_path: Path, media: tuple[Path, 
         )
         result = (await download.DownloadVideoExecutor().execute(ctx.task, ctx)).result_json
         assert result is not None and Path(result["video_path"]).stat().st_size > 1000
+        assert result["material_title"] == "talk"  # yt-dlp's title (generic: the file)
         ctx = await make_context(
             tmp_path, "DOWNLOAD_VIDEO", {"source_url": f"{server.url}/live.m3u8"}
         )

@@ -50,6 +50,8 @@ QUERY_TOKEN_PATHS = ("/api/v1/events", "/files/results/", "/files/outputs/", "/f
 LIMITED_PREFIXES = ("/api/", "/cluster/")
 #: routes that stream their body and enforce their own limit (uploads: storage.max_upload_mb)
 UNLIMITED_PATHS = ("/api/v1/uploads",)
+#: the parts of a resumable upload (each bounded by the size announced at its start)
+UNLIMITED_PREFIXES = ("/api/v1/uploads/resumable/",)
 #: the API's paths, whose error answers the OpenAPI schema declares (not /healthz, /metrics, UI)
 API_PREFIXES = ("/api/", "/cluster/", "/files/")
 API_ROUTERS = (
@@ -162,6 +164,7 @@ class BodyLimit:
             scope["type"] != "http"
             or not scope["path"].startswith(LIMITED_PREFIXES)
             or scope["path"] in UNLIMITED_PATHS
+            or scope["path"].startswith(UNLIMITED_PREFIXES)
         ):
             await self.app(scope, receive, send)
             return

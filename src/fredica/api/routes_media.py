@@ -4,6 +4,7 @@ material list."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -44,6 +45,48 @@ async def upload(
     except ClientDisconnect:
         return errors.respond(400, errors.MALFORMED, "the upload was interrupted")
     return JSONResponse(status_code=201, content=info)
+
+
+@router.post("/api/v1/uploads/resumable", status_code=201)
+async def start_resumable_upload(
+    node: deps.NodeDep,
+    name: Annotated[
+        str, Query(min_length=1, max_length=1000, description="The file's name on the client.")
+    ],
+    size: Annotated[int, Query(ge=1, description="The file's size in bytes.")],
+) -> JSONResponse:
+    """Start an upload sent in parts: answers its `upload_id` and `offset` 0. Send the parts
+    with `PUT /api/v1/uploads/resumable/{upload_id}` and `Content-Range`; after a dropped
+    connection ask `GET` for the offset and send the rest. 413 over `storage.max_upload_mb`."""
+    try:
+        info = await asyncio.to_thread(node.resumable_uploads.start, name, size)
+    except uploads.UploadTooLarge as exc:
+        return errors.respond(413, errors.TOO_LARGE, exc.message)
+    return JSONResponse(status_code=201, content=info)
+
+
+@router.get("/api/v1/uploads/resumable/{upload_id}")
+async def resumable_upload_offset(upload_id: str, node: deps.NodeDep) -> dict[str, Any]:
+    """How far an upload stands: `offset` (bytes kept), `size`, `name`. 404 once finished."""
+    return await asyncio.to_thread(node.resumable_uploads.offset, upload_id)
+
+
+@router.put("/api/v1/uploads/resumable/{upload_id}", openapi_extra=UPLOAD_BODY)
+async def resumable_upload_part(
+    upload_id: str, request: Request, node: deps.NodeDep
+) -> JSONResponse:
+    """One part: the body is bytes START-END of the file (`Content-Range: bytes
+    START-END/SIZE`), START the upload's offset. 200 `{offset, complete: false}`; the last part
+    answers 201 `{path, name, size, sha256, complete: true}`. A part not starting at the
+    offset answers 409 naming it; a malformed or outside range 400/422 naming the problem. A
+    part cut off keeps what arrived (ask the offset)."""
+    try:
+        info = await node.resumable_uploads.append(
+            upload_id, request.headers.get("content-range"), request.stream()
+        )
+    except ClientDisconnect:
+        return errors.respond(400, errors.MALFORMED, "the part was interrupted; ask the offset")
+    return JSONResponse(status_code=201 if info["complete"] else 200, content=info)
 
 
 @router.get("/api/v1/media-folders")

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from fredica import __version__
 from fredica.cli import client as cli_client
-from fredica.cli import remote
+from fredica.cli import remote, tables
 from fredica.cli.remote import STATUS_STYLE, Client, console, die, err_console, pipeline_view
 from fredica.domain import errors
 
@@ -209,6 +209,43 @@ CursorOpt = Annotated[
 ]
 AllOpt = Annotated[bool, typer.Option("--all", help="Every page, not only one.")]
 LimitOpt = Annotated[int, typer.Option(min=1, max=1000, help="Rows per page.")]
+WideOpt = Annotated[
+    bool, typer.Option("--wide", help="Every column at full width, whatever the terminal.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="The rows as JSON (for scripts).")]
+
+
+def _style(row: dict[str, Any]) -> str:
+    return STATUS_STYLE.get(str(row["status"]), "")
+
+
+PIPELINE_COLUMNS = (
+    tables.Column("id", lambda p: p["id"], short=lambda p: tables.short_id(p["id"])),
+    tables.Column("title", lambda p: str(p.get("title") or remote.material_name(p)), flex=True),
+    tables.Column("status", lambda p: p["status"], style=_style),
+    tables.Column("done", lambda p: f"{p['done_tasks']}/{p['total_tasks']}", priority=1),
+    tables.Column("age", lambda p: tables.age(time.time() - p["created_at"]), priority=2),
+    tables.Column("template", lambda p: p["template"], priority=3),
+    tables.Column("owner", lambda p: p.get("owner_id") or "", wide_only=True),
+    tables.Column("material", lambda p: p.get("material_id") or "", wide_only=True),
+    tables.Column("created", lambda p: tables.created(p["created_at"]), wide_only=True),
+)
+TASK_COLUMNS = (
+    tables.Column("id", lambda t: t["id"], short=lambda t: tables.short_id(t["id"])),
+    tables.Column("type", lambda t: t["type"], flex=True),
+    tables.Column("status", lambda t: t["status"], style=_style),
+    tables.Column("progress", lambda t: f"{t['progress']}%", priority=1),
+    tables.Column("age", lambda t: tables.age(time.time() - t["created_at"]), priority=2),
+    tables.Column(
+        "pipeline",
+        lambda t: t["pipeline_id"] or "—",
+        short=lambda t: tables.short_id(t["pipeline_id"]),
+        priority=3,
+    ),
+    tables.Column("node", lambda t: t.get("claimed_by") or "—", priority=4),
+    tables.Column("material", lambda t: t.get("material_id") or "", wide_only=True),
+    tables.Column("created", lambda t: tables.created(t["created_at"]), wide_only=True),
+)
 
 
 def _list(
@@ -226,10 +263,6 @@ def _list(
 def _next_page_hint(command: str, cursor: str | None) -> None:
     if cursor:
         console.print(f"next page: {command} --cursor {cursor}", style="dim", soft_wrap=True)
-
-
-def _created(at: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
 
 
 @pipeline_app.command("list")
@@ -252,6 +285,8 @@ def pipeline_list(
     limit: LimitOpt = 50,
     cursor: CursorOpt = None,
     every: AllOpt = False,
+    wide: WideOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """List pipelines, newest first, one page at a time; search and filter the history."""
     filters = {
@@ -263,19 +298,10 @@ def pipeline_list(
     }
     params: dict[str, Any] = {"limit": limit} | {k: v for k, v in filters.items() if v}
     rows, after = _list(Client(node), "/api/v1/pipelines", "pipelines", params, cursor, every)
-    table = Table("id", "template", "material", "status", "done/total", "created")
-    table.columns[0].no_wrap = True
-    table.columns[0].min_width = 36
-    for p in rows:
-        table.add_row(
-            p["id"],
-            p["template"],
-            remote.material_name(p),
-            Text(p["status"], style=STATUS_STYLE.get(p["status"], "")),
-            f"{p['done_tasks']}/{p['total_tasks']}",
-            _created(p["created_at"]),
-        )
-    console.print(table)
+    answer = {"pipelines": rows, "next_cursor": after} if as_json else None
+    tables.show(console, PIPELINE_COLUMNS, rows, wide=wide, as_json=answer)
+    if as_json:
+        return
     options = {"q": "--search", "template": "--template", "since": "--since", "until": "--until"}
     command = "fredica pipeline list" + "".join(
         f" {options.get(k, '--' + k)} {shlex.quote(str(v))}"
@@ -372,6 +398,8 @@ def task_list(
     limit: LimitOpt = 50,
     cursor: CursorOpt = None,
     every: AllOpt = False,
+    wide: WideOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """List tasks, newest first, one page at a time."""
     client = Client(node)
@@ -387,20 +415,10 @@ def task_list(
         params["type"] = task_type
         command += f" --type {task_type}"
     rows, after = _list(client, "/api/v1/tasks", "tasks", params, cursor, every)
-    table = Table("id", "type", "status", "progress", "pipeline", "created")
-    table.columns[0].no_wrap = True
-    table.columns[0].min_width = 36
-    for t in rows:
-        table.add_row(
-            t["id"],
-            t["type"],
-            Text(t["status"], style=STATUS_STYLE.get(t["status"], "")),
-            f"{t['progress']}%",
-            (t["pipeline_id"] or "—")[:8],
-            _created(t["created_at"]),
-        )
-    console.print(table)
-    _next_page_hint(command, after)
+    answer = {"tasks": rows, "next_cursor": after} if as_json else None
+    tables.show(console, TASK_COLUMNS, rows, wide=wide, as_json=answer)
+    if not as_json:
+        _next_page_hint(command, after)
 
 
 @task_app.command("pause")
@@ -718,6 +736,15 @@ def _mount_node_commands() -> None:
 
 
 _mount_node_commands()
+
+
+def _mount_upload_command() -> None:
+    from fredica.cli import upload_cmd
+
+    app.command("upload")(upload_cmd.upload_command)
+
+
+_mount_upload_command()
 
 
 def main() -> None:

@@ -7,10 +7,8 @@ import time
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
-from fredica.cli import client
+from fredica.cli import client, tables
 from fredica.cli.remote import Client, console, die
 
 node_app = typer.Typer(
@@ -27,40 +25,49 @@ STATE_STYLE = {
 }
 
 
-def ago(seconds: float) -> str:
-    """`12s ago`, `5m ago`, `3h ago`, `2d ago`."""
-    seconds = max(0.0, seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit} ago"
-    return f"{int(seconds)}s ago"
-
-
-def nodes_table(data: dict[str, Any]) -> Table:
-    """The rows of `GET /api/v1/nodes` as a table (this node first, then by hostname)."""
+def _last_seen(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` (`GET /api/v1/nodes`) with each node's `last seen` as people read it."""
     now = float(data.get("now") or time.time())
     me = data.get("self")
-    table = Table("id", "hostname", "address", "state", "running/slots", "last seen")
     rows = sorted(data["nodes"], key=lambda n: (n["id"] != me, n["hostname"], n["id"]))
-    for n in rows:
-        state = str(n["status"])
-        running = (n.get("info") or {}).get("running", 0)
-        table.add_row(
-            n["id"] + (" (this node)" if n["id"] == me else ""),
-            n["hostname"],
-            n.get("address") or "",
-            Text(state, style=STATE_STYLE.get(state, "")),
-            f"{running}/{n['max_workers']}",
-            "now" if n["id"] == me else ago(now - float(n["last_seen_at"])),
-        )
-    return table
+    return {
+        "rows": [
+            {
+                **n,
+                "me": n["id"] == me,
+                "seen": "now" if n["id"] == me else tables.ago(now - float(n["last_seen_at"])),
+                "running": (n.get("info") or {}).get("running", 0),
+            }
+            for n in rows
+        ]
+    }
+
+
+NODE_COLUMNS = (
+    tables.Column("id", lambda n: n["id"] + (" (this node)" if n["me"] else "")),
+    tables.Column("hostname", lambda n: n["hostname"], flex=True),
+    tables.Column(
+        "state", lambda n: str(n["status"]), style=lambda n: STATE_STYLE.get(str(n["status"]), "")
+    ),
+    tables.Column("running/slots", lambda n: f"{n['running']}/{n['max_workers']}", priority=1),
+    tables.Column("last seen", lambda n: n["seen"], priority=2),
+    tables.Column("address", lambda n: n.get("address") or "", priority=3),
+)
 
 
 @node_app.command("list")
-def node_list(node: client.NodeOpt = client.DEFAULT_NODE) -> None:
+def node_list(
+    node: client.NodeOpt = client.DEFAULT_NODE,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Every column at full width, whatever the terminal.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The answer as JSON.")] = False,
+) -> None:
     """Every node this node knows: state (online, busy, draining, quarantined, offline),
     running tasks and slots, and when it was last heard from."""
-    console.print(nodes_table(Client(node).request("GET", "/api/v1/nodes")))
+    data = Client(node).request("GET", "/api/v1/nodes")
+    rows = _last_seen(data)["rows"]
+    tables.show(console, NODE_COLUMNS, rows, wide=wide, as_json=data if as_json else None)
 
 
 @node_app.command("drain")

@@ -270,7 +270,8 @@ class Pipeline:
     owner_history: tuple[JSON, ...] = ()
 
     def to_json(self) -> JSON:
-        return _slots_json(self)
+        """Every column, and the `title` people recognise it by (`display_title`)."""
+        return {**_slots_json(self), "title": self.title}
 
     @property
     def owner_since(self) -> float:

@@ -150,6 +150,7 @@ class DownloadVideoExecutor(TaskExecutor):
         with outputs.disk_errors(f"creating {out_dir}"):
             out_dir.mkdir(parents=True, exist_ok=True)
         ctx.event("tool", backend)
+        meta: dict[str, str] = {}  # what the downloader knows of the video (yt-dlp: title)
         if backend == "file":
             path = await self._file(ctx, url, out_dir)
         elif backend == "http":
@@ -167,7 +168,7 @@ class DownloadVideoExecutor(TaskExecutor):
             path = await download_tools.hls_ffmpeg(ctx, url, out_dir)
         else:
             files = await download_tools.ytdlp(
-                ctx, url, out_dir, "video.%(ext)s", ["--merge-output-format", "mp4"]
+                ctx, url, out_dir, "video.%(ext)s", ["--merge-output-format", "mp4"], meta
             )
             if not files:
                 raise errors.PermanentError(f"yt-dlp finished but wrote no file for {url}")
@@ -181,6 +182,9 @@ class DownloadVideoExecutor(TaskExecutor):
             "backend": backend,
             "source_url": url,
         }
+        if meta.get("title"):
+            # the store names the pipeline after it (`store.work.name_pipelines`)
+            result["material_title"] = meta["title"]
         outputs.write_meta(out_dir / MARKER, self.task_type, self._inputs(url), result)
         ctx.progress(100, f"{size / 1e6:.1f} MB")
         return ExecuteResult(result)

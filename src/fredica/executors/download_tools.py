@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -28,6 +29,7 @@ _ARIA_PERCENT = re.compile(r"\((\d{1,3})%\)")
 _HTTP_CODE = re.compile(r"(?:returned error|HTTP Error)[: ]+(\d{3})")
 YTDLP_PROGRESS = "FREDICA_PROGRESS"
 YTDLP_FILE = "FREDICA_FILE:"
+YTDLP_TITLE = "FREDICA_TITLE:"  # the info dict's `title`, JSON-encoded (`%(title)j`)
 
 _CREDENTIAL_MARKERS = (
     "sign in",
@@ -199,10 +201,24 @@ def classify_ytdlp(stderr: str, returncode: int, url: str) -> errors.TaskError:
     return errors.TransientError(message)
 
 
+def _read_title(encoded: str, meta: dict[str, str]) -> None:
+    """yt-dlp's `%(title)j` (a JSON string) into `meta["title"]` when it is a usable one."""
+    with contextlib.suppress(ValueError):
+        title = json.loads(encoded)
+        if isinstance(title, str) and title.strip():
+            meta["title"] = title.strip()
+
+
 async def ytdlp(
-    ctx: TaskContext, url: str, out_dir: Path, template: str, extra: list[str]
+    ctx: TaskContext,
+    url: str,
+    out_dir: Path,
+    template: str,
+    extra: list[str],
+    meta: dict[str, str] | None = None,
 ) -> list[Path]:
-    """Run yt-dlp; returns the files it wrote (from `--print after_move:filepath`)."""
+    """Run yt-dlp; returns the files it wrote (from `--print after_move:filepath`). `meta`,
+    when given, receives the `title` of yt-dlp's info dict for the video."""
     if not have_ytdlp():
         raise errors.PermanentError("yt-dlp is not installed: pip install yt-dlp")
     written: list[Path] = []
@@ -210,6 +226,8 @@ async def ytdlp(
     def on_out(line: str) -> None:
         if line.startswith(YTDLP_FILE):
             written.append(Path(line[len(YTDLP_FILE) :].strip()))
+        elif line.startswith(YTDLP_TITLE) and meta is not None:
+            _read_title(line[len(YTDLP_TITLE) :], meta)
         elif line.startswith(YTDLP_PROGRESS):
             parts = line.split()
             try:
@@ -240,6 +258,8 @@ async def ytdlp(
         "%(progress.total_bytes)s %(progress.total_bytes_estimate)s",
         "--print",
         f"after_move:{YTDLP_FILE}%(filepath)s",
+        "--print",
+        f"after_move:{YTDLP_TITLE}%(title)j",
         "-P",
         str(out_dir),
         "-o",

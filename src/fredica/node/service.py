@@ -297,6 +297,7 @@ class Node:
             settings.data_dir,
             lambda: self.settings_desk.current().storage.max_upload_mb * node_uploads.MB,
         )
+        self.resumable_uploads = node_uploads.ResumableUploads(self.uploads)
         self.media_folders = node_uploads.MediaFolders(
             lambda: list(self.settings_desk.current().media_folders)
         )

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import hashlib
+import json
 import logging
 import os
 import re
@@ -247,3 +249,154 @@ def _entry(root: Path, entry: Path) -> dict[str, Any] | None:
         "mtime": st.st_mtime,
         "source": str(real),
     }
+
+
+# --- resumable uploads ---------------------------------------------------------------------
+RESUMABLE_DIR = ".resumable"
+_UPLOAD_ID = re.compile(r"^[0-9a-f]{32}$")
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
+
+
+class RangeMismatch(errors.Conflict):
+    """A chunk that does not start where the upload stands (the client asks the offset)."""
+
+
+class ResumableUploads:
+    """Uploads sent in parts (`Content-Range`), resumed from where the server stands after a
+    dropped connection: `start` announces the name and size, `offset` answers how many bytes
+    are kept, `append` writes the next part (a part cut off keeps what arrived); the last byte
+    moves the file into `uploads/` like a one-part upload (`Uploads`), with its sha256."""
+
+    def __init__(self, base: Uploads) -> None:
+        self.base = base
+        self.directory = base.directory / RESUMABLE_DIR
+        self._receiving: set[str] = set()  # uploads a part is being written to
+
+    def _paths(self, upload_id: str) -> tuple[Path, Path]:
+        if not _UPLOAD_ID.match(upload_id):
+            raise errors.NotFound(f"no upload {upload_id!r}")
+        return self.directory / f"{upload_id}.json", self.directory / f"{upload_id}.part"
+
+    def _meta(self, upload_id: str) -> dict[str, Any]:
+        meta_path, part = self._paths(upload_id)
+        try:
+            meta: dict[str, Any] = json.loads(meta_path.read_text())
+        except (OSError, ValueError):
+            raise errors.NotFound(f"no upload {upload_id!r} (finished, or never started)") from None
+        meta["offset"] = part.stat().st_size if part.exists() else 0
+        return meta
+
+    def start(self, name: str, size: int) -> dict[str, Any]:
+        """A new resumable upload of `size` bytes named `name`: its id and offset 0."""
+        final_name = safe_name(name)
+        limit = self.base.limit_bytes()
+        if size > limit:
+            raise self.base._too_large(limit)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(self.directory).free
+        if size > free:
+            raise errors.StoreFull(f"upload of {size} bytes does not fit: {free} bytes free")
+        upload_id = uuid.uuid4().hex
+        meta_path, part = self._paths(upload_id)
+        part.touch()
+        meta_path.write_text(json.dumps({"upload_id": upload_id, "name": final_name, "size": size}))
+        return {"upload_id": upload_id, "name": final_name, "size": size, "offset": 0}
+
+    def offset(self, upload_id: str) -> dict[str, Any]:
+        return self._meta(upload_id)
+
+    @staticmethod
+    def parse_range(header: str | None, size: int) -> tuple[int, int]:
+        """`Content-Range: bytes START-END/SIZE` -> (start, end exclusive); InvalidRequest
+        naming what is wrong."""
+        if not header:
+            raise errors.InvalidRequest("Content-Range: required (bytes START-END/SIZE)")
+        m = _CONTENT_RANGE.match(header.strip())
+        if m is None:
+            raise errors.InvalidRequest(
+                f"Content-Range: expected 'bytes START-END/SIZE', got {header!r}"
+            )
+        start, last, total = (int(g) for g in m.groups())
+        if total != size:
+            raise errors.InvalidRequest(f"Content-Range: total {total} is not the upload's {size}")
+        if last < start or last >= size:
+            raise errors.InvalidRequest(
+                f"Content-Range: bytes {start}-{last} is not a range inside 0-{size - 1}"
+            )
+        return start, last + 1
+
+    async def append(
+        self, upload_id: str, content_range: str | None, chunks: AsyncIterator[bytes]
+    ) -> dict[str, Any]:
+        """Write the part `content_range` names; it must start at the current offset
+        (RangeMismatch naming it otherwise). A part cut off keeps what arrived. The last part
+        finishes the upload: `{path, name, size, sha256, complete: true}`."""
+        meta = self._meta(upload_id)
+        size, offset = int(meta["size"]), int(meta["offset"])
+        start, end = self.parse_range(content_range, size)
+        if start != offset:
+            raise RangeMismatch(
+                f"Content-Range: starts at {start}, the upload stands at {offset}; "
+                f"send from byte {offset}"
+            )
+        if upload_id in self._receiving:
+            raise errors.Conflict(f"upload {upload_id}: another part is being received")
+        self._receiving.add(upload_id)
+        try:
+            return await self._append(upload_id, meta, start, end, chunks)
+        finally:
+            self._receiving.discard(upload_id)
+
+    async def _append(
+        self,
+        upload_id: str,
+        meta: dict[str, Any],
+        start: int,
+        end: int,
+        chunks: AsyncIterator[bytes],
+    ) -> dict[str, Any]:
+        size, offset = int(meta["size"]), int(meta["offset"])
+        _, part = self._paths(upload_id)
+        fh: BinaryIO = await asyncio.to_thread(part.open, "ab")
+        written = 0
+        try:
+            async for chunk in chunks:
+                if written + len(chunk) > end - start:
+                    raise errors.InvalidRequest(
+                        f"body longer than Content-Range: bytes {start}-{end - 1}"
+                    )
+                await asyncio.to_thread(fh.write, chunk)
+                written += len(chunk)
+        finally:
+            await asyncio.to_thread(_close_synced, fh)
+        if written != end - start:
+            raise errors.InvalidRequest(
+                f"body of {written} bytes, Content-Range announced {end - start}; "
+                f"the upload stands at {offset + written}"
+            )
+        if end < size:
+            return {**meta, "offset": end, "complete": False}
+        return await asyncio.to_thread(self._finish, upload_id, meta)
+
+    def _finish(self, upload_id: str, meta: dict[str, Any]) -> dict[str, Any]:
+        meta_path, part = self._paths(upload_id)
+        digest = hashlib.sha256()
+        with part.open("rb") as fh:
+            while block := fh.read(WRITE_BATCH):
+                digest.update(block)
+        target = _claim_final(self.base.directory, str(meta["name"]), part)
+        meta_path.unlink(missing_ok=True)
+        logger.info("uploaded %s (resumable)", target.name, extra={"action": "upload_complete"})
+        return {
+            "path": str(target.resolve()),
+            "name": target.name,
+            "size": int(meta["size"]),
+            "sha256": digest.hexdigest(),
+            "complete": True,
+        }
+
+
+def _close_synced(fh: BinaryIO) -> None:
+    fh.flush()
+    os.fsync(fh.fileno())
+    fh.close()

@@ -8,7 +8,7 @@ no counter row every writer would queue on, and `ord` columns keep insertion ord
 
 from __future__ import annotations
 
-from fredica.store.schema import ACTIVE_SQL, OWNERSHIP_MIGRATION
+from fredica.store.schema import ACTIVE_SQL, CHART_INDEXES, OWNERSHIP_MIGRATION
 
 MIGRATIONS: list[str] = [
     # 1: the schema of SQLite migrations 1 and 2
@@ -268,6 +268,8 @@ CREATE TABLE library_file (
 );
 CREATE INDEX library_file_hash ON library_file (node_id, library, sha256);
 """,
+    # 8: SQLite migration 9 (the charts' indexes)
+    "".join(f"{create};\n" for _, create in CHART_INDEXES),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

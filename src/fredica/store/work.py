@@ -307,8 +307,42 @@ def complete_and_claim(
     _complete_plain(tx, plain)
     done = iter(Completed(item.task_id, item.attempt, f.pipeline_id) for item, f in plain)
     results = [o if o is not None else next(done) for o in outcome]
+    name_pipelines(
+        tx,
+        [
+            (r.pipeline_id, item.result)
+            for item, r in zip(items, results, strict=True)
+            if isinstance(r, Completed) and r.pipeline_id is not None
+        ],
+    )
     claimed = claim_rows(tx, flt) if flt is not None else []
     return results, claimed
+
+
+MATERIAL_TITLE = "material_title"
+"""The result key naming a pipeline's material (the downloader's title of a URL source)."""
+
+
+def name_pipelines(tx: Tx, completed: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    """A completed task whose result carries `material_title` gives its pipeline that
+    `title` param (once: a title the user gave, or an earlier one, is kept). The pipeline's
+    change sequence moves with it, so replicas carry the title too."""
+    for pipeline_id, result in completed:
+        title = result.get(MATERIAL_TITLE) if isinstance(result, dict) else None
+        if not isinstance(title, str) or not title.strip():
+            continue
+        row = tx.q("SELECT params FROM pipeline_instance WHERE id = ?", (pipeline_id,)).fetchone()
+        if row is None:
+            continue
+        params = json.loads(row["params"]) if row["params"] else {}
+        if isinstance(params.get("title"), str) and params["title"].strip():
+            continue
+        params["title"] = title.strip()[:500]
+        tx.q(
+            "UPDATE pipeline_instance SET params = ? WHERE id = ?",
+            (json.dumps(params), pipeline_id),
+        )
+        tx.touch_pipeline(pipeline_id)
 
 
 class _Fence(NamedTuple):

@@ -85,6 +85,15 @@ export function sourceLabel(source) {
   return path.split(/[\\/]/).pop() || s;
 }
 
+/** A pipeline's title from the API (its title param, the downloader's title, the file name),
+ * or its source's label while the title is only the source itself (a URL not yet downloaded). */
+export function pipelineTitle(p) {
+  const source = p?.params?.source;
+  const title = typeof p?.title === "string" ? p.title.trim() : "";
+  if (title && title !== source && title !== p?.material_id) return title;
+  return sourceLabel(source);
+}
+
 const UUID = /\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b/gi;
 
 /** Replace task UUIDs in a message by what `name(id)` returns for them (a ref, a type). */

@@ -12,7 +12,7 @@ import {
   h,
   middleEllipsis,
   shortId,
-  sourceLabel,
+  pipelineTitle,
   statusBadge,
   toast,
   typeIcon,
@@ -46,11 +46,12 @@ const PIPELINE_COLUMNS = ["name", "template", "status", "tasks", "owner", "creat
 const TASK_COLUMNS = ["type", "pipeline", "status", "node", "created"];
 const FILTER_KEYS = ["kind", "q", "template", "status", "node", "since", "until"];
 
-/** A pipeline's name: its title, its source's file name (or URL), else its material. */
+/** A pipeline's name: the API's `title` (its title param, the downloader's title or the
+ * source's file name), else its source's file name (or URL), else its material. */
 export function pipelineName(p) {
   const params = p.params || {};
   if (typeof params.title === "string" && params.title.trim()) return params.title.trim();
-  return sourceLabel(params.source) || p.title || p.material_id || shortId(p.id);
+  return pipelineTitle(p) || p.material_id || shortId(p.id);
 }
 
 /** A date input's day (YYYY-MM-DD, the browser's own time zone) as an ISO time: its start,

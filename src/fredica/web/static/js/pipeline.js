@@ -23,7 +23,7 @@ import {
   prettyJson,
   put,
   shortId,
-  sourceLabel,
+  pipelineTitle,
   statusBadge,
   toast,
   typeIcon,
@@ -168,7 +168,7 @@ export function renderPipeline(app, pipelineId) {
     if (!p) return;
     clear(status).append(statusBadge(p.status));
     status.dataset.status = p.status;
-    const name = sourceLabel(p.params?.source);
+    const name = pipelineTitle(p);
     title.textContent = name || `${t("pipeline.title")} ${shortId(pipelineId)}`;
     title.title = p.params?.source || "";
     meta.textContent = [
@@ -218,7 +218,8 @@ export function renderPipeline(app, pipelineId) {
     key.push(emotionKey(tasks));
     if (key.join() === view.resultsKey) return;
     view.resultsKey = key.join();
-    const name = sourceLabel(view.pipeline?.params?.source) || shortId(pipelineId);
+    const name =
+      pipelineTitle(view.pipeline) || shortId(pipelineId);
     // two draws can overlap (each waits for reads): only the newest one is put on the page
     const draw = ++view.resultsDraw;
     await renderResults(resultsBox, name, tasks, { current: () => draw === view.resultsDraw });

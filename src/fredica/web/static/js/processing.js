@@ -21,6 +21,7 @@ import {
   frameThrottle,
   h,
   middleEllipsis,
+  pipelineTitle,
   shortId,
   sourceLabel,
   statusBadge,
@@ -453,7 +454,7 @@ export function renderProcessing(app) {
   }
 
   function pipelineOption(p) {
-    const name = sourceLabel(pipelineSource(p));
+    const name = pipelineTitle(p) || sourceLabel(pipelineSource(p));
     return `${name ? `${middleEllipsis(name, 32)} · ` : ""}${p.template} · ${shortId(p.id)} · ${t(`status.${p.status}`)}`;
   }
 
@@ -517,7 +518,7 @@ export function renderProcessing(app) {
       h(
         "td",
         { class: "col-material", title: pipelineSource(p) || p.material_id },
-        middleEllipsis(sourceLabel(pipelineSource(p)) || p.material_id, 32),
+        middleEllipsis(pipelineTitle(p) || sourceLabel(pipelineSource(p)) || p.material_id, 32),
       ),
       h("td", { class: "col-owner" }, ownerCell(p)),
       h("td", {}, statusBadge(p.status)),
