@@ -12,8 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from fredica.cli import client
-from fredica.cli.node_cmd import ago
 from fredica.cli.remote import Client, console
+from fredica.cli.tables import ago
 
 library_app = typer.Typer(
     help="Watch folders: list the libraries, their files, rescan, process a file again.",
