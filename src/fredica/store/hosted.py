@@ -127,7 +127,10 @@ class HostedStore(TaskStore):
         self._plugins = tuple(plugins)
         self._clock_offset = clock_offset
         self._listeners: list[SignalListener] = []
-        self._pending: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Any]] = {}
+        # rid -> (loop, future, build, the connection it went out on)
+        self._pending: dict[
+            int, tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Any, Connection]
+        ] = {}
         self._ids = itertools.count()
         self._send_lock = threading.Lock()
         self._closed = False
@@ -269,12 +272,16 @@ class HostedStore(TaskStore):
         rid = next(self._ids)
         priority = sql.URGENT if (kind or name) in URGENT_CALLS else sql.NORMAL
         data = _dumps((rid, priority, name, args, kwargs))
-        self._pending[rid] = (loop, future, build)
+        self._pending[rid] = (loop, future, build, conn)
         try:
             with self._send_lock:
                 conn.send_bytes(data)
         except OSError as exc:
             self._pending.pop(rid, None)
+            # the child is gone though its reader may not have seen it yet: the next call
+            # starts another instead of writing into the same dead pipe
+            if self._conn is conn:
+                self._conn = None
             raise errors.StoreError(f"the store's process is gone: {exc}") from exc
         return await future
 
@@ -289,7 +296,7 @@ class HostedStore(TaskStore):
             if kind == "sig":
                 self._emit(value)
                 continue
-            loop, future, build = self._pending.pop(rid)
+            loop, future, build, _ = self._pending.pop(rid)
             if kind == "ok" and build is not None:
                 try:
                     value = build(value)
@@ -300,6 +307,7 @@ class HostedStore(TaskStore):
         # the child is gone: whoever waits for it hears so; the next call starts a new one
         if self._conn is conn:
             self._conn = None
+        conn.close()
         code = child.wait()
         if not self._closing:
             logger.error(
@@ -307,8 +315,11 @@ class HostedStore(TaskStore):
                 code,
                 extra={"action": "store_process"},
             )
-        for rid in list(self._pending):
-            loop, future, _ = self._pending.pop(rid)
+        for rid, entry in list(self._pending.items()):
+            if entry[3] is not conn:
+                continue  # sent to the child started after this one died
+            self._pending.pop(rid, None)
+            loop, future, _, _ = entry
             with _suppress_closed_loop():
                 loop.call_soon_threadsafe(
                     _settle,
