@@ -11,8 +11,8 @@ columns) two ways, with and without a second thread running Python the whole tim
 - `returning`: one `UPDATE … RETURNING` (one step per row), as `store/work.py` claims;
 - `one step`: the `UPDATE`, then the rows read back as one JSON array (floats printed with
   `printf('%!.17g')`, which round-trips them exactly).
-Each figure is the median of 10 claims, ms per 500 rows. This is the measurement behind the
-README's note on why no-op work uses one core; it needs nothing but Python.
+Each figure is the median of 10 claims, ms per 500 rows. This is the measurement behind the note
+in docs/benchmarks.md on why no-op work used one core; it needs nothing but Python.
 """
 
 from __future__ import annotations

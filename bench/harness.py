@@ -266,7 +266,7 @@ def bench_cluster(cfg: Config, work: Path) -> dict[str, Any]:
 def bench_asr_speed(cfg: Config, work: Path) -> dict[str, Any]:
     log(f"asr_speed: {cfg.asr_minutes:g} min file, {cfg.asr_rounds} alternating rounds")
     doc = asr_speed.run(work, cfg.asr_minutes, cfg.asr_rounds, cfg.asr_chunk_sec)
-    asr_speed.write(doc)  # bench/results/asr_speed.{json,md}, the table the README quotes
+    asr_speed.write(doc)  # bench/results/asr_speed.{json,md}, quoted in docs/transcription.md
     return doc
 
 
@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = replace(cfg, rounds=args.rounds)
     default = [n for n in BENCHMARKS if n not in ON_DEMAND]
     names = [n for n in BENCHMARKS if n in (args.only or default)]
-    # A partial run must not overwrite the full table the README points at.
+    # A partial run must not overwrite the full table docs/benchmarks.md points at.
     out = args.out or RESULTS_DIR / ("latest" if not args.only else "only-" + "-".join(names))
     work = Path(tempfile.mkdtemp(prefix="fredica-bench-"))
     try:

@@ -276,9 +276,10 @@ def test_a_node_leaves_work_to_a_better_free_node(tmp_path: Path) -> None:
         )
         # c's starvation guard (claim a deferred type anyway after `defer_window_polls` polls)
         # gets 60 s instead of 0.3: this test is about the gate, not the guard. The guard's
-        # window runs from when c first deferred the type, ready tasks or not, and lets one
-        # poll through each time it ends: with a 3 s window, a task made just before that poll
-        # went to c about one run in eight (see the README's roadmap)
+        # window ran from when c first deferred the type, ready tasks or not, and let one
+        # poll through each time it ended: with a 3 s window, a task made just before that poll
+        # went to c about one run in eight (it now runs per ready task, from `ready_since`:
+        # see the CHANGELOG)
         c_config = cluster.nodes["c"].config
         c_config.write_text(
             c_config.read_text().replace(

@@ -39,7 +39,7 @@ EVERY_VIEW = pytest.mark.parametrize(
     [(size, locale) for size in SIZES for locale in LOCALES],
     ids=[f"{size[0]}-{locale}" for size in SIZES for locale in LOCALES],
 )
-README_SHOTS = {(1366, "en-US"), (390, "zh-CN")}  # the views the README shows
+README_SHOTS = {(1366, "en-US"), (390, "zh-CN")}  # the views the README and docs/guide.md show
 NO_SIDEWAYS = "document.documentElement.scrollWidth <= window.innerWidth"
 
 

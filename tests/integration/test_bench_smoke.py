@@ -242,7 +242,7 @@ def test_the_api_load_benchmark_measures_the_engine_quiet_and_under_busy_clients
 
 
 def test_gil_steps_prints_both_claims_quiet_and_busy() -> None:
-    """`python -m bench.gil_steps` (the README's measurement of per-row GIL waits) runs and
+    """`python -m bench.gil_steps` (docs/benchmarks.md's measurement of per-row GIL waits) runs and
     prints a quiet and a busy time for each way of claiming (no timing thresholds)."""
     done = subprocess.run(
         [sys.executable, "-m", "bench.gil_steps"],
