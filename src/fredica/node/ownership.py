@@ -38,7 +38,6 @@ import json
 import logging
 import os
 import signal
-import time
 from collections.abc import Callable, Sequence
 
 from fredica.cluster import protocol
@@ -46,23 +45,16 @@ from fredica.cluster.membership import Membership, Peer
 from fredica.cluster.remote import RemoteOwner
 from fredica.cluster.router import OwnerRouter
 from fredica.domain import errors
-from fredica.domain.clock import Clock
+from fredica.domain.clock import Clock, boottime
 from fredica.domain.models import JSON, Pipeline
 from fredica.node import settle
 from fredica.store.base import TaskStore, Transfer
 
 logger = logging.getLogger(__name__)
 
-_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
 KEY_HANDOFFS = "ownership.handoffs"  # app_config: hand-offs begun and not yet settled
 CRASH_ENV = "FREDICA_CRASH_AT"  # tests: the hand-off step at which this process kills itself
 MAX_PIPELINES = 100_000  # active pipelines moved at once, at most
-
-
-def boottime() -> float:
-    """Seconds on a clock that counts while the machine is suspended (Linux CLOCK_BOOTTIME;
-    `time.monotonic` stops during a suspend, so a laptop's sleep would not count)."""
-    return time.clock_gettime(_BOOTTIME)
 
 
 def crash_point(step: str) -> None:
@@ -238,6 +230,10 @@ class Ownership:
             assert peer.node_id is not None
             if peer.online:
                 self._last_seen[peer.node_id] = now
+            elif peer.owner is not None and peer.owner.answered_at is not None:
+                # it answered some request since (a replica pull, a report) if not a probe
+                seen = self._last_seen.get(peer.node_id, 0.0)
+                self._last_seen[peer.node_id] = max(seen, peer.owner.answered_at)
         self.view = await self.owner_view()
         for peer in peers:
             await self._check_moves(peer)
@@ -298,6 +294,13 @@ class Ownership:
             active = [p for p in replicas if p.owner_id == owner and not p.status.is_terminal]
             if not active:
                 return []
+            if self._heard_lately(owner):
+                # it came back while this node decided (the rows just read may even be ones
+                # it made since, pulled on its return): it is not silent, nothing moves
+                logger.info(
+                    "owner %s answered again: no takeover", owner, extra={"action": "takeover"}
+                )
+                return []
             words = await self._gather_claims(owner)
             moved: list[tuple[Pipeline, Transfer]] = []
             reports: list[settle.Word] = []
@@ -324,6 +327,20 @@ class Ownership:
             )
             await self._settle_adopted([t for _, t in moved], owner)
             return [p.id for p, _ in moved]
+
+    def _heard_lately(self, owner: str) -> bool:
+        """Whether `owner` is online now or answered any request within the wait, checked
+        after the replica's pipelines are read: a pull brings rows only from an owner that
+        answered, so a pipeline it made after its return is never taken from it."""
+        for peer in self._membership.peers():
+            if peer.node_id != owner:
+                continue
+            if peer.online:
+                return True
+            answered = peer.owner.answered_at if peer.owner is not None else None
+            if answered is not None and boottime() - answered < self.wait:
+                return True
+        return False
 
     async def _gather_claims(self, owner: str) -> list[settle.Word]:
         """What this node and every online peer run or ran of `owner`'s tasks."""
