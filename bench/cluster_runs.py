@@ -5,6 +5,11 @@ SQLite store, no server.
   one node and on three; the pipeline is created on node a, whose peers claim from it over
   HTTP. Wall time is the pipeline's own (`completed_at - created_at`, a's clock). Rounds
   alternate the order (1 then 3 nodes, then 3 then 1), the ratio is of the medians.
+- `takeover`: the same I/O-bound pipeline on three nodes with `cluster.takeover` on, once with
+  its owner awake throughout and once with the owner suspended (SIGSTOP, as a laptop's sleep)
+  once a tenth of the tasks completed: the other two take it over after
+  `cluster.originator_wait_sec` and finish it. Wall time is the pipeline's own, read from the
+  node that owns it at the end; rounds alternate the order.
 - `claim_http`: the cost of one claim and one completion of a task of another owner over HTTP
   (`RemoteOwner`, the peers' client) against the same on the local store, in the same run.
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -55,22 +61,33 @@ plugins:
 """
 
 
+TAKEOVER_WAIT = 6.0  # cluster.originator_wait_sec of the takeover runs
+
+
 @contextlib.contextmanager
-def nodes(work: Path, count: int, workers: int) -> Iterator[list[str]]:
+def nodes(
+    work: Path,
+    count: int,
+    workers: int,
+    cluster_extra: str = "",
+    procs: list[subprocess.Popen[bytes]] | None = None,
+) -> Iterator[list[str]]:
     """`count` nodes (the first is the seed of the others); yields their base URLs once the
-    first sees all the others online."""
+    first sees all the others online. `cluster_extra` is added to the `cluster:` section of
+    every node's worker.yaml; `procs`, if given, receives the node processes."""
     ports = [free_port() for _ in range(count)]
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    procs: list[subprocess.Popen[bytes]] = []
+    procs = procs if procs is not None else []
     try:
         for i, port in enumerate(ports):
             data = work / f"node{i}"
             data.mkdir(parents=True)
             seeds = "" if i == 0 else f'"127.0.0.1:{ports[0]}"'
             config = data / "worker.yaml"
-            config.write_text(CONFIG.format(workers=workers, secret=SECRET, seeds=seeds))
+            text = CONFIG.format(workers=workers, secret=SECRET, seeds=seeds)
+            config.write_text(text.replace("cluster:\n", "cluster:\n" + cluster_extra, 1))
             argv = [sys.executable, "-m", "fredica", "serve", "--config", str(config)]
             argv += ["--data-dir", str(data), "--port", str(port)]
             with (data / "node.log").open("ab") as out:
@@ -82,6 +99,7 @@ def nodes(work: Path, count: int, workers: int) -> Iterator[list[str]]:
         yield urls
     finally:
         for proc in procs:
+            proc.send_signal(signal.SIGCONT)  # a suspended node cannot stop
             proc.terminate()
         for proc in procs:
             try:
@@ -103,7 +121,7 @@ def _wait_for_peers(url: str, peers: int) -> None:
     raise RuntimeError(f"{url} did not see {peers} peer(s) within {START_TIMEOUT:g} s")
 
 
-def _run_pipeline(url: str, tasks: int, seconds: float, deadline: float) -> dict[str, Any]:
+def _create_pipeline(client: httpx.Client, tasks: int, seconds: float) -> str:
     body = {
         "template": "custom",
         "tasks": [
@@ -111,24 +129,103 @@ def _run_pipeline(url: str, tasks: int, seconds: float, deadline: float) -> dict
             for i in range(tasks)
         ],
     }
+    created = client.post("/api/v1/pipelines", json=body)
+    created.raise_for_status()
+    return str(created.json()["pipeline_id"])
+
+
+def _finished(client: httpx.Client, pid: str) -> dict[str, Any] | None:
+    data: dict[str, Any] = client.get(f"/api/v1/pipelines/{pid}").json()
+    if data["status"] not in ("completed", "failed", "partial_failed"):
+        return None
+    ran_on: dict[str, int] = {}
+    for task in data["tasks"]:
+        ran_on[task["claimed_by"]] = ran_on.get(task["claimed_by"], 0) + 1
+    return {
+        "status": data["status"],
+        "wall_s": rnd(data["completed_at"] - data["created_at"]),
+        "ran_on": ran_on,
+        "owner_epoch": data.get("owner_epoch", 0),
+    }
+
+
+def _run_pipeline(url: str, tasks: int, seconds: float, deadline: float) -> dict[str, Any]:
     with httpx.Client(base_url=url, timeout=30, trust_env=False) as client:
-        created = client.post("/api/v1/pipelines", json=body)
-        created.raise_for_status()
-        pid = created.json()["pipeline_id"]
+        pid = _create_pipeline(client, tasks, seconds)
         end = time.monotonic() + deadline
         while time.monotonic() < end:
-            data = client.get(f"/api/v1/pipelines/{pid}").json()
-            if data["status"] in ("completed", "failed", "partial_failed"):
-                ran_on: dict[str, int] = {}
-                for task in data["tasks"]:
-                    ran_on[task["claimed_by"]] = ran_on.get(task["claimed_by"], 0) + 1
-                return {
-                    "status": data["status"],
-                    "wall_s": rnd(data["completed_at"] - data["created_at"]),
-                    "ran_on": ran_on,
-                }
+            done = _finished(client, pid)
+            if done is not None:
+                return done
             time.sleep(0.1)  # polling the pipeline's status, bounded by the deadline
     raise RuntimeError(f"the pipeline did not finish within {deadline:g} s")
+
+
+def _completed_tasks(client: httpx.Client, pid: str) -> int:
+    data = client.get(f"/api/v1/pipelines/{pid}").json()
+    return sum(1 for task in data["tasks"] if task["status"] == "completed")
+
+
+def _run_with_sleeping_owner(
+    urls: list[str], owner: subprocess.Popen[bytes], tasks: int, seconds: float, deadline: float
+) -> dict[str, Any]:
+    """The pipeline created on urls[0]; its process suspended once a tenth completed; the
+    result read from whichever peer owns the pipeline when it finishes."""
+    clients = [httpx.Client(base_url=url, timeout=30, trust_env=False) for url in urls]
+    try:
+        pid = _create_pipeline(clients[0], tasks, seconds)
+        end = time.monotonic() + deadline
+        while _completed_tasks(clients[0], pid) < tasks // 10:
+            if time.monotonic() > end:
+                raise RuntimeError("a tenth of the pipeline did not complete in time")
+            time.sleep(0.05)  # polling the owner until a tenth is done, bounded
+        owner.send_signal(signal.SIGSTOP)
+        slept_at = time.monotonic()
+        try:
+            while time.monotonic() < end:
+                for client in clients[1:]:
+                    done = _finished(client, pid)
+                    if done is not None and done["owner_epoch"] > 0:
+                        done["owner_slept_after_s"] = rnd(slept_at - (end - deadline))
+                        return done
+                time.sleep(0.1)  # polling the peers for the finished pipeline, bounded
+        finally:
+            owner.send_signal(signal.SIGCONT)
+    finally:
+        for client in clients:
+            client.close()
+    raise RuntimeError(f"the pipeline did not finish within {deadline:g} s")
+
+
+def takeover(
+    work: Path, tasks: int = 240, seconds: float = 0.2, workers: int = 4, rounds: int = 2
+) -> dict[str, Any]:
+    extra = f"  takeover: true\n  originator_wait_sec: {TAKEOVER_WAIT}\n"
+    results: dict[str, list[dict[str, Any]]] = {"awake": [], "asleep": []}
+    ideal = tasks * seconds / workers
+    for r in range(rounds):
+        for case in ("awake", "asleep") if r % 2 == 0 else ("asleep", "awake"):
+            procs: list[subprocess.Popen[bytes]] = []
+            with nodes(work / f"takeover{r}-{case}", 3, workers, extra, procs) as urls:
+                deadline = ideal * 10 + 60 + TAKEOVER_WAIT
+                if case == "awake":
+                    run = _run_pipeline(urls[0], tasks, seconds, deadline)
+                else:
+                    run = _run_with_sleeping_owner(urls, procs[0], tasks, seconds, deadline)
+            log(f"  takeover: round {r + 1}, owner {case}: {run['wall_s']} s {run['ran_on']}")
+            results[case].append(run)
+    awake = statistics.median(r["wall_s"] for r in results["awake"])
+    asleep = statistics.median(r["wall_s"] for r in results["asleep"])
+    return {
+        "tasks": tasks,
+        "task_seconds": seconds,
+        "workers_per_node": workers,
+        "originator_wait_sec": TAKEOVER_WAIT,
+        "awake_s": rnd(awake),
+        "asleep_s": rnd(asleep),
+        "asleep_vs_awake": rnd(asleep / awake),
+        "rounds": results,
+    }
 
 
 def scaling(
@@ -246,6 +343,8 @@ def claim_http(work: Path, samples: int = 200) -> dict[str, Any]:
 def run(work: Path, tasks: int = 240, rounds: int = 2, samples: int = 200) -> dict[str, Any]:
     log(f"cluster: {tasks} I/O-bound tasks on 1 and 3 nodes, {rounds} rounds")
     out = scaling(work, tasks=tasks, rounds=rounds)
+    log(f"cluster: {tasks} tasks on 3 nodes, the owner awake / asleep after a tenth")
+    out["takeover"] = takeover(work, tasks=tasks, rounds=rounds)
     log(f"cluster: claim round trip over HTTP, {samples} samples")
     out["claim_round_trip"] = claim_http(work, samples)
     return out

@@ -138,6 +138,10 @@ def cluster_summary(raw: dict[str, Any] | None) -> dict[str, Any]:
         "complete_http_ms": _get(trip, "http", "complete_ms"),
         "claim_local_ms": _get(trip, "local", "claim_ms"),
         "complete_local_ms": _get(trip, "local", "complete_ms"),
+        "takeover_awake_s": _get(raw, "takeover", "awake_s"),
+        "takeover_asleep_s": _get(raw, "takeover", "asleep_s"),
+        "takeover_asleep_vs_awake": _get(raw, "takeover", "asleep_vs_awake"),
+        "takeover_wait_s": _get(raw, "takeover", "originator_wait_sec"),
     }
 
 
@@ -476,6 +480,12 @@ def markdown(doc: dict[str, Any]) -> str:
         f"node): wall s on 1 / 3 nodes | {_fmt(doc['cluster']['one_node_s'], '', 2)} / "
         f"{_fmt(doc['cluster']['three_nodes_s'], '', 2)} | | 3 nodes vs 1: "
         f"{_x(r['cluster_3_nodes_vs_1'])} | ≥ 2.8× | {_met(tg['cluster_3_nodes_ge_2_8x'])} |",
+        f"| owner asleep after a tenth: the same {_fmt(doc['cluster']['tasks'])} tasks on 3 "
+        f"nodes, wall s with the owner awake / suspended (takeover after "
+        f"{_fmt(doc['cluster']['takeover_wait_s'], '', 0)} s) | "
+        f"{_fmt(doc['cluster']['takeover_awake_s'], '', 2)} / "
+        f"{_fmt(doc['cluster']['takeover_asleep_s'], '', 2)} | | asleep vs awake: "
+        f"{_x(doc['cluster']['takeover_asleep_vs_awake'])} | | |",
         f"| claim + complete of another owner's task, ms: over HTTP / local store | "
         f"{_fmt(doc['cluster']['claim_http_ms'], '', 2)} + "
         f"{_fmt(doc['cluster']['complete_http_ms'], '', 2)} / "

@@ -95,24 +95,32 @@ def make_cluster(
     names: str = "abc",
     seed_of_a: Callable[[int], str] | None = None,
     configure: Callable[[str, str], str] | None = None,
+    place: Callable[[str], tuple[str, list[str]]] | None = None,
 ) -> Iterator[Cluster]:
     """a: owner, cannot run TEST_EFFECT_AI; the others can. They know only a (seeds: a's
     address, or `seed_of_a(a's port)`, e.g. a fault proxy in front of it) and learn each other
-    through peer exchange. `configure(name, yaml)` may change a node's worker.yaml. Every node
+    through peer exchange. `configure(name, yaml)` may change a node's worker.yaml;
+    `place(name)` gives a node's listen address and command prefix (tests/netns.py). Every node
     still running at the end is killed."""
     ports = {name: free_port() for name in names}
+    placed = {name: place(name) if place else ("127.0.0.1", []) for name in names}
     nodes = {}
     for name in names:
         if name == "a":
             seeds = ""
         else:
-            seed = seed_of_a(ports["a"]) if seed_of_a else f"127.0.0.1:{ports['a']}"
+            seed = seed_of_a(ports["a"]) if seed_of_a else f"{placed['a'][0]}:{ports['a']}"
             seeds = f'"{seed}"'
         config = tmp_path / f"{name}.yaml"
         text = CONFIG.format(secret=SECRET, seeds=seeds, analyze="false" if name == "a" else "true")
         config.write_text(configure(name, text) if configure else text)
         nodes[name] = ServedNode(
-            tmp_path / f"data-{name}", config, ports[name], tmp_path / f"{name}.log"
+            tmp_path / f"data-{name}",
+            config,
+            ports[name],
+            tmp_path / f"{name}.log",
+            host=placed[name][0],
+            prefix=placed[name][1],
         )
     try:
         yield Cluster(nodes)

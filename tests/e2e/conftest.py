@@ -90,10 +90,14 @@ class ServedNode:
     log: Path
     proc: subprocess.Popen[bytes] | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: the address it listens on (tests/netns.py puts nodes on other addresses than loopback)
+    host: str = "127.0.0.1"
+    #: run before the command, e.g. `ip netns exec NAME` to start it in a network namespace
+    prefix: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def path(self, result_path: str) -> Path:
         """A file a task of this node wrote: results name them relative to its data dir."""
@@ -107,8 +111,10 @@ class ServedNode:
 
     def start(self) -> ServedNode:
         with self.log.open("ab") as out:
+            host = ["--host", self.host] if self.host != "127.0.0.1" else []
             self.proc = subprocess.Popen(
                 [
+                    *self.prefix,
                     sys.executable,
                     "-m",
                     "fredica",
@@ -119,6 +125,7 @@ class ServedNode:
                     str(self.data_dir),
                     "--port",
                     str(self.port),
+                    *host,
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,

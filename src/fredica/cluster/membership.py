@@ -95,6 +95,8 @@ class Membership:
         for seed in seeds:
             self.add(seed)
         self._task: asyncio.Task[None] | None = None
+        #: address -> the question to that peer in flight
+        self._asking: dict[str, asyncio.Task[None]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -140,21 +142,50 @@ class Membership:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        asking = list(self._asking.values())
+        for task in asking:
+            task.cancel()
+        if asking:
+            await asyncio.wait(asking)
         await self._client.aclose()
 
     async def _loop(self) -> None:
         while True:
             try:
-                await self.refresh()
+                await self.refresh(wait=False)  # a slow peer does not hold up the others
             except Exception:  # never let discovery die
                 logger.exception("membership refresh failed", extra={"action": "membership"})
             await asyncio.sleep(self.interval)
 
-    async def refresh(self) -> None:
-        """Ask every known peer who it is and whom it knows (concurrently)."""
+    async def refresh(self, wait: bool = True) -> None:
+        """Ask every known peer who it is and whom it knows (concurrently). With `wait`,
+        returns once all answered or failed. Without (the refresh loop), each peer's question
+        runs on its own: a peer that takes its probe timeout to fail (suspended: its socket
+        accepts, nobody answers) does not hold up the next rounds of the others, so their
+        answers keep coming every interval (the ownership lease counts on them); a peer
+        still being asked from an earlier round is not asked twice."""
         now = time.monotonic()
         due = [p for p in list(self._peers.values()) if p.retry_at <= now]
-        await asyncio.gather(*(self._refresh(p) for p in due))
+        if wait:
+            await asyncio.gather(*(self._refresh(p) for p in due))
+            return
+        for peer in due:
+            if peer.address not in self._asking:
+                self._ask(peer)
+
+    def _ask(self, peer: Peer) -> asyncio.Task[None]:
+        task = asyncio.create_task(self._guarded(peer), name=f"fredica-peer-{peer.address}")
+        self._asking[peer.address] = task
+        task.add_done_callback(lambda _: self._asking.pop(peer.address, None))
+        return task
+
+    async def _guarded(self, peer: Peer) -> None:
+        try:
+            await self._refresh(peer)
+        except Exception:  # never let discovery die
+            logger.exception(
+                "membership refresh of %s failed", peer.address, extra={"action": "membership"}
+            )
 
     async def _refresh(self, peer: Peer) -> None:
         probe = peer.owner or RemoteOwner("?", peer.address, self._secret, self._client)

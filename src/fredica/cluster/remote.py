@@ -16,6 +16,7 @@ import httpx
 
 from fredica.cluster import protocol
 from fredica.domain import errors
+from fredica.domain.clock import boottime
 from fredica.domain.error_table import raise_for
 from fredica.domain.models import JSON, Task
 from fredica.domain.wire import task_from_json
@@ -42,6 +43,9 @@ class RemoteOwner:
         self.address = address.rstrip("/")
         self._secret = secret
         self._client = client
+        #: when (`clock.boottime`) the owner last answered a request, whatever the answer:
+        #: a takeover checks it last (an owner that answers is not silent)
+        self.answered_at: float | None = None
 
     def __repr__(self) -> str:
         return f"RemoteOwner({self.node_id} at {self.address})"
@@ -71,6 +75,7 @@ class RemoteOwner:
                 f"owner {self.node_id} at {self.address} unreachable: {type(exc).__name__}"
                 f" {exc}".rstrip()
             ) from None
+        self.answered_at = boottime()
         if response.status_code >= 400:
             code, message = _error_of(response)
             if response.status_code >= 500 and not code:

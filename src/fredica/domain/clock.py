@@ -5,6 +5,14 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+
+
+def boottime() -> float:
+    """Seconds on a clock that counts while the machine is suspended (Linux CLOCK_BOOTTIME;
+    `time.monotonic` stops during a suspend, so a laptop's sleep would not count)."""
+    return time.clock_gettime(_BOOTTIME)
+
 
 class Clock(Protocol):
     """A source of wall-clock time (Unix seconds, sub-second precision)."""

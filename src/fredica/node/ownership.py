@@ -38,7 +38,6 @@ import json
 import logging
 import os
 import signal
-import time
 from collections.abc import Callable, Sequence
 
 from fredica.cluster import protocol
@@ -46,23 +45,16 @@ from fredica.cluster.membership import Membership, Peer
 from fredica.cluster.remote import RemoteOwner
 from fredica.cluster.router import OwnerRouter
 from fredica.domain import errors
-from fredica.domain.clock import Clock
+from fredica.domain.clock import Clock, boottime
 from fredica.domain.models import JSON, Pipeline
 from fredica.node import settle
 from fredica.store.base import TaskStore, Transfer
 
 logger = logging.getLogger(__name__)
 
-_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
 KEY_HANDOFFS = "ownership.handoffs"  # app_config: hand-offs begun and not yet settled
 CRASH_ENV = "FREDICA_CRASH_AT"  # tests: the hand-off step at which this process kills itself
 MAX_PIPELINES = 100_000  # active pipelines moved at once, at most
-
-
-def boottime() -> float:
-    """Seconds on a clock that counts while the machine is suspended (Linux CLOCK_BOOTTIME;
-    `time.monotonic` stops during a suspend, so a laptop's sleep would not count)."""
-    return time.clock_gettime(_BOOTTIME)
 
 
 def crash_point(step: str) -> None:
@@ -165,7 +157,10 @@ class Ownership:
         if not self.lease.valid():
             return False
         if task_id is None:
-            return not self._claims_closed
+            # no claims while a hand-off is unsettled (after a restart mid-hand-off, until its
+            # target says whether it adopted the pipeline): the store's claim does not know
+            # which pipelines are frozen, and a pending task of one may be the target's now
+            return not self._claims_closed and not self._handoffs
         return task_id not in self._frozen
 
     def wait_marks(self) -> dict[str, JSON]:
@@ -236,7 +231,13 @@ class Ownership:
         self.lease.peers_known = self.takeover and (self.lease.peers_known or bool(peers))
         for peer in peers:
             assert peer.node_id is not None
-            if peer.online:
+            answered = peer.owner.answered_at if peer.owner is not None else None
+            if answered is not None:
+                # silence counts from its last answer to anything (a probe, a pull, a
+                # report), not from when enough probes failed to call it offline
+                seen = self._last_seen.get(peer.node_id, 0.0)
+                self._last_seen[peer.node_id] = max(seen, answered)
+            elif peer.online:
                 self._last_seen[peer.node_id] = now
         self.view = await self.owner_view()
         for peer in peers:
@@ -298,6 +299,13 @@ class Ownership:
             active = [p for p in replicas if p.owner_id == owner and not p.status.is_terminal]
             if not active:
                 return []
+            if self._heard_lately(owner):
+                # it came back while this node decided (the rows just read may even be ones
+                # it made since, pulled on its return): it is not silent, nothing moves
+                logger.info(
+                    "owner %s answered again: no takeover", owner, extra={"action": "takeover"}
+                )
+                return []
             words = await self._gather_claims(owner)
             moved: list[tuple[Pipeline, Transfer]] = []
             reports: list[settle.Word] = []
@@ -311,6 +319,8 @@ class Ownership:
                         moved.append((pipeline, transfer))
                         reports += theirs
                 await self._apply_reports(reports)
+                if moved:
+                    await self._requeue_held_by(owner)
             finally:
                 self._claims_closed = False
             if not moved:
@@ -324,6 +334,36 @@ class Ownership:
             )
             await self._settle_adopted([t for _, t in moved], owner)
             return [p.id for p, _ in moved]
+
+    async def _requeue_held_by(self, owner: str) -> None:
+        """What the silent owner itself was running goes back to the queue now, by the
+        start-up rules (as for a node that restarted): it has been silent for the whole wait
+        and fenced itself after half of it, so its attempts can report nothing any more, and
+        waiting for `stale_after_sec` + `reclaim_after_sec` as well would only hold the
+        pipeline up. A peer's claim vouched for in the settle phase is not the owner's."""
+        report = await self._store.recover_startup(owner)
+        if report.snapshot:
+            logger.warning(
+                "takeover of %s: what it ran itself goes back to the queue: %s",
+                owner,
+                report.summary(),
+                extra={"action": "takeover"},
+            )
+            for task in report.snapshot:
+                self._changed(task.pipeline_id or "")
+
+    def _heard_lately(self, owner: str) -> bool:
+        """Whether `owner` answered any request within the wait (a probe, a pull), checked
+        after the replica's pipelines are read: a pull brings rows only from an owner that
+        answered, so a pipeline it made after its return is never taken from it."""
+        for peer in self._membership.peers():
+            if peer.node_id != owner:
+                continue
+            answered = peer.owner.answered_at if peer.owner is not None else None
+            if answered is None:
+                return peer.online
+            return boottime() - answered < self.wait
+        return False
 
     async def _gather_claims(self, owner: str) -> list[settle.Word]:
         """What this node and every online peer run or ran of `owner`'s tasks."""
