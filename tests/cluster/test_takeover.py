@@ -169,7 +169,7 @@ def test_an_owner_killed_and_restarted_after_the_takeover_keeps_a_replica(
 def test_a_hand_off_mid_pipeline_moves_it_at_once_and_runs_every_task_once(
     tmp_path: Path,
 ) -> None:
-    # takeover off: only the hand-off can move the pipeline
+    # the default originator_wait_sec (30 min): only the hand-off can move the pipeline
     with make_cluster(tmp_path) as cluster:
         pid, log = _start_pipeline(cluster, tmp_path)
         a = cluster.nodes["a"]

@@ -123,9 +123,8 @@ class ClusterConfig(sections.Section):
     reclaim_after_sec: sections.PositiveFloat = 900.0
     originator_wait_sec: sections.PositiveFloat = 1800.0
     #: a peer takes the active pipelines of an owner silent for originator_wait_sec over
-    #: (off by default until its multi-node tests prove no task runs twice; set it alike on
-    #: every node)
-    takeover: bool = False
+    #: (set it alike on every node; docs/ownership.md says what it does not cover)
+    takeover: bool = True
     #: a clean stop (SIGTERM, Ctrl-C) or a drain first hands this node's active pipelines to
     #: a peer
     handoff_on_stop: bool = False

@@ -33,7 +33,7 @@ cluster:
   stale_after_sec: 180.0      # no heartbeat for 3 min -> stale
   reclaim_after_sec: 900.0    # no heartbeat for 15 min -> the task is reclaimed
   originator_wait_sec: 1800.0 # an owner silent this long: a peer takes its pipelines over
-  takeover: false             # true: peers take a silent owner's pipelines (set on all nodes)
+  takeover: true              # peers take a silent owner's pipelines (set alike on all nodes)
   handoff_on_stop: false      # true: a clean stop or a drain hands the pipelines to a peer
   prefer_window_sec: 1800.0   # how long a better-scored busy node is preferred before others claim
   # Cluster-wide concurrency ceilings per API provider (sum of all nodes' active calls).
