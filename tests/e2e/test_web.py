@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -621,6 +622,52 @@ def test_this_nodes_card_says_when_the_disk_holds_work_back(
         stats = card.locator(".node-stats")
         expect(stats).to_contain_text(text)
         expect(stats).to_contain_text("DOWNLOAD_VIDEO")
+
+
+def test_a_pipeline_whose_owner_sleeps_is_marked_waiting_for_it(
+    tmp_path: Path, open_page: Callable[..., Page]
+) -> None:
+    """Two real nodes; a's pipeline is running when a is suspended (SIGSTOP, as a laptop's
+    sleep): b's page marks the pipeline "waiting for owner", with how long a has been silent
+    and when a peer takes it over (the default originator_wait_sec, 30 min); when a wakes the
+    mark goes away."""
+    with make_cluster(tmp_path, "ab") as cluster:
+        cluster.start_some("ab")
+        a, b = cluster.nodes["a"], cluster.nodes["b"]
+        hold = {
+            "ref": "hold",
+            "type": "TEST_SLEEP",
+            "payload": {"seconds": 120},
+            "affinity": {"kind": "HARD", "node_id": cluster.ids["a"]},
+        }
+        pid = api(a, "POST", "/api/v1/pipelines", json={"template": "custom", "tasks": [hold]})[
+            "pipeline_id"
+        ]
+
+        def replicated() -> bool:
+            with b.client() as client:
+                answer = client.get(f"/api/v1/pipelines/{pid}")
+            return answer.status_code == 200 and answer.json()["status"] == "running"
+
+        wait_for(replicated, "b's replica of a's running pipeline", 30)
+        page = open_page(f"{b.url}/processing", locale="en-US")
+        row = page.locator(f"table.pipelines-table tr[data-pipeline-id='{pid}']")
+        expect(row.locator(".replica-badge")).to_be_visible(timeout=WAIT_MS)
+        expect(row.locator(".waiting-badge")).to_be_hidden()
+        assert a.proc is not None
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        try:
+            waiting = row.locator(".waiting-badge")
+            # the mark comes with the next cluster panel (an idle stream: every 15 s)
+            expect(waiting).to_have_text(
+                re.compile(r"^waiting for owner · offline \d+ s of 30 min$"), timeout=2 * WAIT_MS
+            )
+            with b.client() as client:
+                mark = client.get(f"/api/v1/pipelines/{pid}").json()["replica"]["waiting"]
+            assert mark["wait_sec"] == 1800 and mark["silent_sec"] >= 0
+        finally:
+            os.kill(a.proc.pid, signal.SIGCONT)
+        expect(row.locator(".waiting-badge")).to_be_hidden(timeout=2 * WAIT_MS)
 
 
 def test_a_peers_pipeline_shows_with_its_owner_as_a_read_only_replica(

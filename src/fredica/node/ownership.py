@@ -135,6 +135,8 @@ class Ownership:
         self._started = boottime()
         #: owner id -> when (boottime) this node last saw it online
         self._last_seen: dict[str, float] = {}
+        #: the owners not online at the last tick (`wait_marks`)
+        self._silent: set[str] = set()
         #: what peers read from `/cluster/info`: per owner replicated here, its cursor and
         #: how long this node has not seen it
         self.view: dict[str, JSON] = {}
@@ -240,6 +242,11 @@ class Ownership:
             elif peer.online:
                 self._last_seen[peer.node_id] = now
         self.view = await self.owner_view()
+        silent = set(self.wait_marks())
+        if silent != self._silent:
+            # an owner went silent or came back: open pages redraw their "waiting for owner"
+            self._silent = silent
+            self._changed("")
         for peer in peers:
             await self._check_moves(peer)
         for owner, mark in self.view.items():

@@ -1366,12 +1366,28 @@ class Node:
 
     async def replica_marks(self) -> dict[str, dict[str, Any]]:
         """Per other owner: how fresh this node's replica of its rows is (`pulled_at`, this
-        node's clock, and `age_sec`)."""
+        node's clock, and `age_sec`), and while that owner is not online, `waiting`: how long
+        it has been silent and after how long a peer takes its pipelines over (`wait_sec`;
+        null with `cluster.takeover` off: its pipelines wait until it is back)."""
         now = self.clock.now()
-        return {
-            owner: {"owner": owner, "pulled_at": at, "age_sec": round(max(0.0, now - at), 3)}
-            for owner, at in (await self._store.replica_freshness()).items()
-        }
+        silent = self.ownership.wait_marks() if self.ownership is not None else {}
+        takeover = self.ownership is not None and self.ownership.takeover
+        marks: dict[str, dict[str, Any]] = {}
+        for owner, at in (await self._store.replica_freshness()).items():
+            mark: dict[str, Any] = {
+                "owner": owner,
+                "pulled_at": at,
+                "age_sec": round(max(0.0, now - at), 3),
+                "waiting": None,
+            }
+            if owner in silent:
+                wait = silent[owner]
+                mark["waiting"] = {
+                    "silent_sec": wait["silent_sec"],
+                    "wait_sec": wait["wait_sec"] if takeover else None,
+                }
+            marks[owner] = mark
+        return marks
 
     async def cluster_tasks(
         self,

@@ -187,6 +187,9 @@ class EventStream:
         return sse("change", data, self._seq)
 
 
-def _pulls(marks: dict[str, Any]) -> dict[str, float]:
-    """When each owner's rows were last pulled (`age_sec` moves on every read)."""
-    return {owner: mark["pulled_at"] for owner, mark in marks.items()}
+def _pulls(marks: dict[str, Any]) -> dict[str, tuple[float, bool]]:
+    """When each owner's rows were last pulled (`age_sec` moves on every read), and whether
+    it is waited for (not online)."""
+    return {
+        owner: (mark["pulled_at"], mark.get("waiting") is not None) for owner, mark in marks.items()
+    }

@@ -152,6 +152,14 @@ export function formatAge(seconds) {
   return t("time.hours_ago", { n: Math.round(s / 3600) });
 }
 
+/** "3 min" for a span of `seconds` (a duration, not an age). */
+export function formatSpan(seconds) {
+  const s = Math.max(0, seconds);
+  if (s < 90) return t("time.seconds", { n: Math.round(s) });
+  if (s < 5400) return t("time.minutes", { n: Math.round(s / 60) });
+  return t("time.hours", { n: Math.round(s / 3600) });
+}
+
 /** Pretty JSON for result / payload views. */
 export function prettyJson(value) {
   try {

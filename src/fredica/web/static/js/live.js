@@ -23,7 +23,13 @@ export function noteReplicas(marks) {
     if (!mark) continue;
     const known = state.replicas[owner];
     if (!known || mark.pulled_at >= known.pulled_at) {
-      state.replicas[owner] = { pulled_at: mark.pulled_at, age_sec: mark.age_sec, received: now };
+      state.replicas[owner] = {
+        pulled_at: mark.pulled_at,
+        age_sec: mark.age_sec,
+        // the owner is not online: {silent_sec, wait_sec (null: takeover off)}
+        waiting: mark.waiting || null,
+        received: now,
+      };
     }
   }
 }

@@ -4,7 +4,7 @@
 
 import { t } from "./i18n.js";
 import { noteReplicas, state } from "./live.js";
-import { formatAge, h, middleEllipsis } from "./dom.js";
+import { formatAge, formatSpan, h, middleEllipsis } from "./dom.js";
 
 /** Whether this node knows other nodes (then the lists show the whole cluster). */
 export function clustered() {
@@ -63,6 +63,39 @@ function badgeText(owner) {
   return t("replica.badge_age", { ago: formatAge(age) });
 }
 
+const ENDED = new Set(["completed", "failed", "partial_failed", "cancelled"]);
+
+/** "waiting for owner · offline 3 min of 30 min" for an active row whose owner is not online
+ * (the second figure: when a peer takes its pipelines over; absent with takeover off), or
+ * null. */
+function waitingText(owner, status) {
+  const mark = state.replicas[owner];
+  if (!mark || !mark.waiting || ENDED.has(status)) return null;
+  const silent = mark.waiting.silent_sec + (performance.now() - mark.received) / 1000;
+  const wait = mark.waiting.wait_sec;
+  return wait == null
+    ? t("owner.waiting", { silent: formatSpan(silent) })
+    : t("owner.waiting_of", { silent: formatSpan(silent), wait: formatSpan(wait) });
+}
+
+function showWaiting(badge) {
+  const text = waitingText(badge.dataset.owner, badge.dataset.status);
+  badge.hidden = text == null;
+  if (text != null && badge.textContent !== text) badge.textContent = text;
+  const off = state.replicas[badge.dataset.owner]?.waiting?.wait_sec == null;
+  badge.title = off ? t("owner.waiting_hint_off") : t("owner.waiting_hint");
+}
+
+/** The "waiting for owner" badge of a replica row (kept up to date by the timer below). */
+function waitingBadge(row, owner) {
+  const badge = h("span", {
+    class: "badge waiting-badge",
+    dataset: { owner, status: row.status || "" },
+  });
+  showWaiting(badge);
+  return badge;
+}
+
 /** The owner of `row` ("this node" or a peer), and for a replica how fresh this copy is. */
 export function ownerCell(row) {
   const owner = ownerOf(row);
@@ -90,6 +123,7 @@ export function ownerCell(row) {
           badgeText(owner),
         )
       : null,
+    isReplica(row) ? waitingBadge(row, owner) : null,
   );
 }
 
@@ -131,10 +165,12 @@ export function remoteFilesNote(task) {
   );
 }
 
-// Freshness badges count up between updates.
+// Freshness badges count up between updates; "waiting for owner" shows while the owner is not
+// online.
 setInterval(() => {
   for (const badge of document.querySelectorAll(".replica-badge[data-owner]")) {
     const text = badgeText(badge.dataset.owner);
     if (badge.textContent !== text) badge.textContent = text;
   }
+  for (const badge of document.querySelectorAll(".waiting-badge[data-owner]")) showWaiting(badge);
 }, 1000);
