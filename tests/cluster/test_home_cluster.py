@@ -178,13 +178,25 @@ def test_five_hundred_tasks_owned_by_three_nodes_claimed_by_all_run_once_each(
     assert any(owner != claimer for owner, claimer in owners_ran), owners_ran
 
 
+def _slow_reclaim(name: str, text: str) -> str:
+    """A reclaim far beyond a restart: whatever the machine's load, b is back before it."""
+    return text.replace("stale_after_sec: 1.5", "stale_after_sec: 20").replace(
+        "reclaim_after_sec: 3", "reclaim_after_sec: 40"
+    )
+
+
 def test_a_restarted_executor_settles_its_claims_with_the_owner_before_claiming_again(
-    cluster: Cluster, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
+    with make_cluster(tmp_path, configure=_slow_reclaim) as cluster:
+        _restart_and_settle(cluster, tmp_path)
+
+
+def _restart_and_settle(cluster: Cluster, tmp_path: Path) -> None:
     # Given b runs a long task of a's (c is not started: b is the only node that can run it)
     a, b, log, pid = b_runs_a_task_of_a(cluster, tmp_path, seconds=3)
 
-    # When b is killed and restarts at once (well within reclaim_after)
+    # When b is killed and restarts at once (well within reclaim_after: 40 s here)
     b.kill9()
     b.start()
 
