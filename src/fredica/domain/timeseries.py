@@ -281,13 +281,16 @@ def series_of_rows(start: float, end: float, buckets: int, read: TimelineRows) -
     if end <= start or buckets < 1:
         raise ValueError("series: need start < end and at least one bucket")
     step = (end - start) / buckets
-    completed_s, failed_s = S.COMPLETED, S.FAILED
-    event_status, weight, none = EVENT_STATUS, _WEIGHT, (0, 0)
-    status = {t.task_id: t.status for t in read.at_start if t.status is not None}
-    queued = sum(read.baseline.get(s, 0) * w[0] for s, w in weight.items())
-    running = sum(read.baseline.get(s, 0) * w[1] for s, w in weight.items())
-    queued += sum(weight.get(s, none)[0] for s in status.values())
-    running += sum(weight.get(s, none)[1] for s in status.values())
+    completed_s, failed_s, none = S.COMPLETED, S.FAILED, (0, 0)
+    # each task's weight by its status (the status itself is never read back), each event
+    # kind's status and weight: no enum is hashed in the loop
+    status = {t.task_id: _WEIGHT.get(t.status, none) for t in read.at_start if t.status}
+    leads_to = {kind: (s, _WEIGHT.get(s, none)) for kind, s in EVENT_STATUS.items()}
+    to_failed = (failed_s, none)
+    queued = sum(read.baseline.get(s, 0) * w[0] for s, w in _WEIGHT.items())
+    running = sum(read.baseline.get(s, 0) * w[1] for s, w in _WEIGHT.items())
+    queued += sum(w[0] for w in status.values())
+    running += sum(w[1] for w in status.values())
     events: Sequence[EventRow] = sorted(read.events, key=itemgetter(2))
     requeues_failed = _requeues_that_failed(events)
     completed, failed = [0] * buckets, [0] * buckets
@@ -303,14 +306,14 @@ def series_of_rows(start: float, end: float, buckets: int, read: TimelineRows) -
         while sampled < bucket:  # every bucket before ended before this event
             queue[sampled], run[sampled] = queued, running
             sampled += 1
-        new = failed_s if i in requeues_failed else event_status.get(kind)
-        if new is None:
+        to = to_failed if i in requeues_failed else leads_to.get(kind)
+        if to is None:
             continue
-        old_q, old_r = weight.get(status.get(task_id), none)  # type: ignore[arg-type]
-        new_q, new_r = weight.get(new, none)
-        queued, running = queued + new_q - old_q, running + new_r - old_r
-        status[task_id] = new
-        if new_r:
+        new, weight = to
+        old = status.get(task_id, none)
+        queued, running = queued + weight[0] - old[0], running + weight[1] - old[1]
+        status[task_id] = weight
+        if weight[1]:
             running_since.setdefault(task_id, at)
         elif new is completed_s:
             completed[bucket] += 1
