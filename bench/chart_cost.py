@@ -7,8 +7,8 @@ A real SQLite data dir is filled by bulk SQL into the migrated schema: the task 
 30% waiting), each task with the events the store writes for it (`created`; `claimed` and
 `running` when it was claimed; its terminal status when it ended), until there are `events`
 events. Then the charts' read is timed for the windows the charts page offers (1h, 24h, 7d):
-`query_ms` is the store's `task_timeline` (the SQL the endpoint runs), `endpoint_ms` the whole
-use case the endpoint answers with (`Stats.timeseries`: the query and the series arithmetic),
+`query_ms` is the store's `timeline_rows` (the read the endpoint runs), `endpoint_ms` the whole
+use case the endpoint answers with (`Stats.timeseries`: the read and the series arithmetic),
 each the median of `samples` calls after a warm-up. Rounds alternate without and with the
 chart indexes (`schema.CHART_INDEXES`, dropped and created again on the same file, then
 `ANALYZE`), so drift of the machine favours neither; each figure is the median over its rounds.
@@ -102,14 +102,14 @@ def set_indexes(path: Path, present: bool) -> float:
 
 
 async def _plans(store: SQLiteTaskStore, window: float) -> list[str]:
-    """`EXPLAIN QUERY PLAN` of each statement `task_timeline` runs (captured from the store's
+    """`EXPLAIN QUERY PLAN` of each statement `timeline_rows` runs (captured from the store's
     own connection: the bench keeps no copy of the SQL)."""
     conn: sqlite3.Connection = store._conn  # watched, never written through
     seen: list[str] = []
     end = await store.now()
     conn.set_trace_callback(seen.append)
     try:
-        await store.task_timeline(end - window, end, EVENT_LIMIT)
+        await store.timeline_rows(end - window, end, EVENT_LIMIT)
     finally:
         conn.set_trace_callback(None)
     plans = []
@@ -130,12 +130,12 @@ async def _measure(path: Path, samples: int) -> dict[str, Any]:
             window = timeseries.parse_window(name)
             buckets = timeseries.bucket_count(window, None)
             end = await store.now()
-            read = await store.task_timeline(end - window, end, EVENT_LIMIT)  # warm-up
+            read = await store.timeline_rows(end - window, end, EVENT_LIMIT)  # warm-up
             query, endpoint = [], []
             for _ in range(samples):
                 end = await store.now()
                 t0 = time.perf_counter()
-                await store.task_timeline(end - window, end, EVENT_LIMIT)
+                await store.timeline_rows(end - window, end, EVENT_LIMIT)
                 query.append((time.perf_counter() - t0) * 1000)
                 t0 = time.perf_counter()
                 answer = await stats.timeseries(window, buckets)

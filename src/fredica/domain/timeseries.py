@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from fredica.domain.models import TaskStatus
@@ -82,6 +83,25 @@ class Timeline:
     at_start: list[TaskAtStart]
     #: status events inside the window, in time order
     events: list[TimelineEvent]
+
+
+#: a status event as the charts' lean read gives it (`TaskStore.timeline_rows`):
+#: `(task_id, event_type, at, task_type, started_at, current)`, where `task_type` and
+#: `started_at` (the task row's) are read for `completed` events only and `current` (the
+#: task's status now) for `requeued` ones only: None otherwise, the replay needs no more
+EventRow = tuple[str, str, float, str | None, float | None, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineRows:
+    """What the store reads for a window, lean (`TaskStore.timeline_rows`): the `Timeline`
+    of the same window with each event as an `EventRow` (no object per event, and the task
+    row read only where the replay uses it)."""
+
+    baseline: Mapping[TaskStatus, int]
+    at_start: list[TaskAtStart]
+    #: status events inside the window, in time order
+    events: list[EventRow]
 
 
 def parse_window(text: str) -> float:
@@ -153,16 +173,48 @@ class _Replay:
             self.failed[bucket] += 1
 
     def durations(self) -> tuple[dict[str, list[float | None]], dict[str, dict[str, float]]]:
-        per_bucket: dict[str, list[float | None]] = {}
-        summary: dict[str, dict[str, float]] = {}
-        for kind in sorted(self.counted):
-            spent, counted = self.spent[kind], self.counted[kind]
-            per_bucket[kind] = [
-                round(spent[b] / counted[b], 3) if counted[b] else None for b in range(self.buckets)
-            ]
-            n = sum(counted)
-            summary[kind] = {"count": n, "mean_sec": round(sum(spent) / n, 3)}
-        return per_bucket, summary
+        return _durations(self.buckets, self.spent, self.counted)
+
+
+def _durations(
+    buckets: int, spent_of: Mapping[str, list[float]], counted_of: Mapping[str, list[int]]
+) -> tuple[dict[str, list[float | None]], dict[str, dict[str, float]]]:
+    """Per type, the mean duration of each bucket and over the window."""
+    per_bucket: dict[str, list[float | None]] = {}
+    summary: dict[str, dict[str, float]] = {}
+    for kind in sorted(counted_of):
+        spent, counted = spent_of[kind], counted_of[kind]
+        per_bucket[kind] = [
+            round(spent[b] / counted[b], 3) if counted[b] else None for b in range(buckets)
+        ]
+        n = sum(counted)
+        summary[kind] = {"count": n, "mean_sec": round(sum(spent) / n, 3)}
+    return per_bucket, summary
+
+
+def _answer(
+    start: float,
+    end: float,
+    step: float,
+    completed: list[int],
+    failed: list[int],
+    queue: list[int],
+    running: list[int],
+    durations: tuple[dict[str, list[float | None]], dict[str, dict[str, float]]],
+) -> dict[str, Any]:
+    return {
+        "start": start,
+        "end": end,
+        "step_sec": step,
+        "buckets": [start + b * step for b in range(len(completed))],
+        "completed": completed,
+        "failed": failed,
+        "throughput_per_min": [round(c * 60.0 / step, 3) for c in completed],
+        "queue_depth": queue,
+        "running": running,
+        "durations_sec": durations[0],
+        "duration_summary": durations[1],
+    }
 
 
 def series(
@@ -191,20 +243,91 @@ def series(
         if new is not None:
             replay.apply(event, new, bucket)
     replay.sample_until(buckets)
-    durations, summary = replay.durations()
-    return {
-        "start": start,
-        "end": end,
-        "step_sec": step,
-        "buckets": [start + b * step for b in range(buckets)],
-        "completed": replay.completed,
-        "failed": replay.failed,
-        "throughput_per_min": [round(c * 60.0 / step, 3) for c in replay.completed],
-        "queue_depth": replay.queue,
-        "running": replay.running,
-        "durations_sec": durations,
-        "duration_summary": summary,
-    }
+    return _answer(
+        start,
+        end,
+        step,
+        replay.completed,
+        replay.failed,
+        replay.queue,
+        replay.running,
+        replay.durations(),
+    )
+
+
+#: what a task in each status adds to the two counts the answer samples (queued, running)
+_WEIGHT: Mapping[TaskStatus, tuple[int, int]] = {
+    S.PENDING: (1, 0),
+    **{s: (0, 1) for s in RUNNING_STATES},
+}
+
+
+def _requeues_that_failed(events: Sequence[EventRow]) -> set[int]:
+    """The positions of the `requeued` events that led to FAILED (`_status_after`): each the
+    last event of a task that is failed now."""
+    failed = S.FAILED.value
+    candidates = [i for i, e in enumerate(events) if e[5] == failed and e[1] == "requeued"]
+    if not candidates:
+        return set()
+    last = {e[0]: i for i, e in enumerate(events) if e[1] in EVENT_STATUS}
+    return {i for i in candidates if last[events[i][0]] == i}
+
+
+def series_of_rows(start: float, end: float, buckets: int, read: TimelineRows) -> dict[str, Any]:
+    """`series` of a lean read (`TimelineRows`): the same replay, the same answer, on plain
+    tuples and with the queue and running counts kept as two integers (the only counts the
+    answer samples), so a window of many events costs one tight loop. That it equals
+    `series` is `tests/contract/test_timeline_rows.py`'s."""
+    if end <= start or buckets < 1:
+        raise ValueError("series: need start < end and at least one bucket")
+    step = (end - start) / buckets
+    completed_s, failed_s, none = S.COMPLETED, S.FAILED, (0, 0)
+    # each task's weight by its status (the status itself is never read back), each event
+    # kind's status and weight: no enum is hashed in the loop
+    status = {t.task_id: _WEIGHT.get(t.status, none) for t in read.at_start if t.status}
+    leads_to = {kind: (s, _WEIGHT.get(s, none)) for kind, s in EVENT_STATUS.items()}
+    to_failed = (failed_s, none)
+    queued = sum(read.baseline.get(s, 0) * w[0] for s, w in _WEIGHT.items())
+    running = sum(read.baseline.get(s, 0) * w[1] for s, w in _WEIGHT.items())
+    queued += sum(w[0] for w in status.values())
+    running += sum(w[1] for w in status.values())
+    events: Sequence[EventRow] = sorted(read.events, key=itemgetter(2))
+    requeues_failed = _requeues_that_failed(events)
+    completed, failed = [0] * buckets, [0] * buckets
+    queue, run = [0] * buckets, [0] * buckets
+    spent: dict[str, list[float]] = defaultdict(lambda: [0.0] * buckets)
+    counted: dict[str, list[int]] = defaultdict(lambda: [0] * buckets)
+    running_since: dict[str, float] = {}
+    sampled = 0
+    for i, (task_id, kind, at, task_type, started_at, _) in enumerate(events):
+        if not start <= at < end:
+            continue
+        bucket = min(buckets - 1, int((at - start) // step))
+        while sampled < bucket:  # every bucket before ended before this event
+            queue[sampled], run[sampled] = queued, running
+            sampled += 1
+        to = to_failed if i in requeues_failed else leads_to.get(kind)
+        if to is None:
+            continue
+        new, weight = to
+        old = status.get(task_id, none)
+        queued, running = queued + weight[0] - old[0], running + weight[1] - old[1]
+        status[task_id] = weight
+        if weight[1]:
+            running_since.setdefault(task_id, at)
+        elif new is completed_s:
+            completed[bucket] += 1
+            since = running_since.pop(task_id, None)
+            began = started_at if started_at is not None else since
+            if began is not None and began <= at:
+                spent[str(task_type)][bucket] += at - began
+                counted[str(task_type)][bucket] += 1
+        elif new is failed_s:
+            failed[bucket] += 1
+    queue[sampled:], run[sampled:] = [queued] * (buckets - sampled), [running] * (buckets - sampled)
+    return _answer(
+        start, end, step, completed, failed, queue, run, _durations(buckets, spent, counted)
+    )
 
 
 def bucket_count(window: float, requested: int | None) -> int:

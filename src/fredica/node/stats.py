@@ -20,6 +20,6 @@ class Stats:
         (the one that stamps the events). `truncated`: more events than one request reads."""
         end = await self._store.now()
         start = end - window
-        read = await self._store.task_timeline(start, end, EVENT_LIMIT)
-        out = timeseries.series(start, end, buckets, read.at_start, read.events, read.baseline)
+        read = await self._store.timeline_rows(start, end, EVENT_LIMIT)
+        out = timeseries.series_of_rows(start, end, buckets, read)
         return {"window_sec": window, "truncated": len(read.events) >= EVENT_LIMIT, **out}

@@ -21,7 +21,7 @@ import threading
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from fredica.domain import errors, history, timeseries
 from fredica.domain.clock import Clock
@@ -37,7 +37,7 @@ from fredica.domain.models import (
     TaskEvent,
     TaskStatus,
 )
-from fredica.domain.timeseries import TaskAtStart, Timeline, TimelineEvent
+from fredica.domain.timeseries import TaskAtStart, Timeline, TimelineEvent, TimelineRows
 from fredica.store import control, library, lists, peering, work
 from fredica.store.base import (
     CancelOutcome,
@@ -679,6 +679,70 @@ class SQLStore(TaskStore):
                 for task_id, kind, event, at, now, started in rows(conn, events_sql, params)
             ]
             return Timeline({TaskStatus(k): int(n) for k, n in baseline.items()}, at_start, events)
+
+        return await self._read(read)
+
+    async def timeline_rows(self, since: float, until: float, limit: int = 200_000) -> TimelineRows:
+        kinds = ", ".join("?" for _ in timeseries.STATUS_EVENTS)
+        active_values = [s.value for s in TaskStatus if not s.is_terminal]
+        active = ", ".join("?" for _ in active_values)
+        touched = since - timeseries.TOUCH_MARGIN_SEC
+        # the baseline of `task_timeline` (unfinished, created before the window, untouched
+        # since the margin) as the unfinished tasks created before the window (a range of
+        # the index (status, created_at) per status, index-only) less those of them touched
+        # since the margin: the rows `before_sql` reads anyway (their status now is theirs)
+        older_sql = (
+            f"SELECT status, COUNT(*) FROM task WHERE status IN ({active}) "
+            "AND created_at < ? GROUP BY status"
+        )
+        before_sql = (
+            "SELECT t.id, t.type, t.status, (SELECT e.event_type FROM task_event e "
+            "WHERE e.task_ord = t.ord AND e.task_id = t.id AND e.occurred_at < ? "
+            f"AND e.event_type IN ({kinds}) ORDER BY e.occurred_at DESC, e.id DESC LIMIT 1) "
+            "FROM task t WHERE t.created_at < ? AND t.updated_at >= ?"
+        )
+        # the events of `task_timeline`'s join (those of a task the store holds), without
+        # reading the task row of each: that the task exists is looked up by the event's
+        # `task_ord` first (tasks created together sit together: the lookups of a window
+        # walk the index in order), by its id only when that finds none (the same answer:
+        # the first test implies the second); the row's columns only for the events whose
+        # replay reads them
+        events_sql = (
+            "SELECT e.task_id, e.event_type, e.occurred_at, "
+            "CASE WHEN e.event_type = 'completed' THEN "
+            "(SELECT t.type FROM task t WHERE t.id = e.task_id) END, "
+            "CASE WHEN e.event_type = 'completed' THEN "
+            "(SELECT t.started_at FROM task t WHERE t.id = e.task_id) END, "
+            "CASE WHEN e.event_type = 'requeued' THEN "
+            "(SELECT t.status FROM task t WHERE t.id = e.task_id) END "
+            "FROM task_event e "
+            f"WHERE e.occurred_at >= ? AND e.occurred_at < ? AND e.event_type IN ({kinds}) "
+            "AND (EXISTS (SELECT 1 FROM task t WHERE t.ord = e.task_ord "
+            "AND t.id || '' = e.task_id) "
+            "OR EXISTS (SELECT 1 FROM task t WHERE t.id = e.task_id)) "
+            "ORDER BY e.occurred_at, e.id LIMIT ?"
+        )
+
+        def rows(conn: Conn, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+            if self.dialect.tuples is not None:
+                return self.dialect.tuples(conn, sql, params)
+            return [tuple(r) for r in conn.execute(sql, params)]
+
+        def read(conn: Conn) -> TimelineRows:
+            baseline = {k: int(n) for k, n in rows(conn, older_sql, (*active_values, since))}
+            at_start = []
+            params = (since, *timeseries.STATUS_EVENTS, since, touched)
+            for task_id, task_type, now, before_kind in rows(conn, before_sql, params):
+                if now in active_values:
+                    baseline[now] = baseline.get(now, 0) - 1
+                before = timeseries.EVENT_STATUS.get(before_kind or "")
+                if before is not None and not before.is_terminal:
+                    at_start.append(TaskAtStart(task_id, task_type, before))
+            params = (since, until, *timeseries.STATUS_EVENTS, limit)
+            # the rows as they come (`occurred_at` is a REAL / DOUBLE PRECISION: a float)
+            events = cast("list[timeseries.EventRow]", rows(conn, events_sql, params))
+            counts = {TaskStatus(k): n for k, n in baseline.items() if n}
+            return TimelineRows(counts, at_start, events)
 
         return await self._read(read)
 
