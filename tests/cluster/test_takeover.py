@@ -220,3 +220,50 @@ def test_a_hand_off_killed_at_any_step_leaves_one_owner_and_loses_no_task(
         _each_once(log, 40)
         if step in ("handoff_adopted", "handoff_demoted"):
             assert done["owner_id"] != cluster.ids["a"]  # the target had adopted it
+
+
+def _handoff_on_stop(name: str, text: str) -> str:
+    return text.replace("cluster:\n", "cluster:\n  handoff_on_stop: true\n", 1)
+
+
+def test_a_drain_of_the_owner_hands_its_pipeline_off_and_every_task_runs_once(
+    tmp_path: Path,
+) -> None:
+    with make_cluster(tmp_path, configure=_handoff_on_stop) as cluster:
+        pid, log = _start_pipeline(cluster, tmp_path)
+        a = cluster.nodes["a"]
+        # When a (the owner) is drained mid-pipeline
+        answer = post(a, "/api/v1/node/drain", {})
+        moved = answer["handoff"]
+        assert moved["handed_off"] == [pid], answer
+        target = str(moved["target"])
+        # Then the pipeline is the target's at once and the others finish it, each task once
+        assert _owner(a, pid) == (target, 1)
+        new_owner = cluster.nodes[cluster.name_of(target)]
+        done = wait_until(lambda: pipeline_done(new_owner, pid), 60, "the pipeline to finish")
+        assert done["status"] == "completed", cluster.logs()
+        assert done["owner_history"][-1]["how"] == "handoff"
+        _each_once(log, 40)
+
+
+def test_a_clean_stop_of_the_owner_hands_its_pipeline_off_and_every_task_runs_once(
+    tmp_path: Path,
+) -> None:
+    with make_cluster(tmp_path, configure=_handoff_on_stop) as cluster:
+        pid, log = _start_pipeline(cluster, tmp_path)
+        a = cluster.nodes["a"]
+        # When a (the owner) stops cleanly (SIGTERM) mid-pipeline
+        assert a.terminate() == 0
+
+        # Then a peer owns the pipeline and the cluster finishes it without a, each task once
+        def finished() -> dict[str, Any] | None:
+            for name in "bc":
+                owner, epoch = _owner(cluster.nodes[name], pid)
+                if owner != cluster.ids["a"] and epoch == 1:
+                    return pipeline_done(cluster.nodes[cluster.name_of(owner)], pid)
+            return None
+
+        done = wait_until(finished, 60, "a peer to finish the pipeline")
+        assert done["status"] == "completed", cluster.logs()
+        assert done["owner_history"][-1]["how"] == "handoff"
+        _each_once(log, 40)
