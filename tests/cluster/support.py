@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -211,3 +212,52 @@ def effect_pipeline(node: ServedNode, log: Path, count: int, seconds: float) -> 
     return str(
         post(node, "/api/v1/pipelines", {"template": "custom", "tasks": tasks})["pipeline_id"]
     )
+
+
+# --- ownership that moves (test_takeover.py, test_partition.py) ------------------------------
+TAKEOVER_WAIT = 4.0  # cluster.originator_wait_sec of the takeover tests
+
+
+def takeover_on(name: str, text: str) -> str:
+    """`make_cluster`'s configure: takeover on, after `TAKEOVER_WAIT` seconds of silence."""
+    return text.replace(
+        "cluster:\n",
+        f"cluster:\n  takeover: true\n  originator_wait_sec: {TAKEOVER_WAIT}\n",
+        1,
+    )
+
+
+def effect_tasks(log: Path, count: int, seconds: float, ref: str = "t") -> list[dict[str, Any]]:
+    """`count` TEST_EFFECT_AI tasks logging their (task, attempt, phase) to `log`."""
+    return [
+        {
+            "ref": f"{ref}{i}",
+            "type": "TEST_EFFECT_AI",
+            "payload": {"effect_log": str(log), "seconds": seconds},
+        }
+        for i in range(count)
+    ]
+
+
+def owner_of(node: ServedNode, pid: str) -> tuple[str, int]:
+    """(owner id, owner epoch) of the pipeline as `node` shows it."""
+    shown = get(node, f"/api/v1/pipelines/{pid}")
+    return str(shown["owner_id"]), int(shown["owner_epoch"])
+
+
+def owners(cluster: Cluster, pid: str) -> set[tuple[str, int]]:
+    """The (owner, epoch) every running node shows for the pipeline."""
+    return {
+        owner_of(node, pid)
+        for node in cluster.nodes.values()
+        if node.proc is not None and node.proc.poll() is None
+    }
+
+
+def ran_once(log: Path) -> Counter[str]:
+    """Per task that ended, how often (asserting no task started or ended twice)."""
+    rows = effects(log)
+    starts = Counter(e["task"] for e in rows if e["phase"] == "start")
+    ends = Counter(e["task"] for e in rows if e["phase"] == "end")
+    assert set(starts.values()) <= {1} and set(ends.values()) <= {1}, (starts, ends)
+    return ends

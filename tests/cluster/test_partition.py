@@ -8,47 +8,29 @@ of an owner's rows hashes alike (`/cluster/digest`), and no task ran twice."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.cluster.support import (
     Cluster,
+    effect_tasks,
     effects,
     get,
     make_cluster,
+    owner_of,
+    owners,
     pipeline_done,
     post,
+    ran_once,
     replicas_agree,
+    takeover_on,
 )
 from tests.e2e.conftest import wait_until
 from tests.netns import HOST, ISOLATED, Partition
 
 pytestmark = pytest.mark.slow
-
-WAIT = 4.0  # cluster.originator_wait_sec
-
-
-def _takeover_on(name: str, text: str) -> str:
-    return text.replace(
-        "cluster:\n",
-        f"cluster:\n  takeover: true\n  originator_wait_sec: {WAIT}\n",
-        1,
-    )
-
-
-def _tasks(log: Path, count: int, seconds: float, ref: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "ref": f"{ref}{i}",
-            "type": "TEST_EFFECT_AI",
-            "payload": {"effect_log": str(log), "seconds": seconds},
-        }
-        for i in range(count)
-    ]
 
 
 @pytest.fixture
@@ -57,22 +39,13 @@ def partition() -> Iterator[Partition]:
         yield net
 
 
-def _done_once(log: Path) -> Counter[str]:
-    """Per task that ended, how often; asserts none started or ended twice."""
-    rows = effects(log)
-    starts = Counter(e["task"] for e in rows if e["phase"] == "start")
-    ends = Counter(e["task"] for e in rows if e["phase"] == "end")
-    assert set(starts.values()) <= {1} and set(ends.values()) <= {1}, (starts, ends)
-    return ends
-
-
 def test_an_isolated_owner_loses_its_pipeline_to_one_successor_and_no_task_runs_twice(
     tmp_path: Path, partition: Partition
 ) -> None:
     def place(name: str) -> tuple[str, list[str]]:
         return (ISOLATED, partition.prefix) if name == "a" else (HOST, [])
 
-    with make_cluster(tmp_path, configure=_takeover_on, place=place) as cluster:
+    with make_cluster(tmp_path, configure=takeover_on, place=place) as cluster:
         _partition_and_heal(cluster, partition, tmp_path)
 
 
@@ -84,16 +57,16 @@ def _partition_and_heal(cluster: Cluster, partition: Partition, tmp_path: Path) 
     log = tmp_path / "effects.jsonl"
     log.touch()
     count = 40
-    body = {"template": "custom", "tasks": _tasks(log, count, 0.25, "p")}
+    body = {"template": "custom", "tasks": effect_tasks(log, count, 0.25, "p")}
     pid = str(post(a, "/api/v1/pipelines", body)["pipeline_id"])
-    wait_until(lambda: len(_done_once(log)) >= count // 10, 30, "a tenth of the tasks to run")
+    wait_until(lambda: len(ran_once(log)) >= count // 10, 30, "a tenth of the tasks to run")
 
     # When a's link goes down for longer than the wait
     partition.cut()
     try:
         # Then b or c (one of them) takes the pipeline over and they finish it
         def taken() -> str | None:
-            owners = {_owner(node, pid) for node in (b, c)}
+            owners = {owner_of(node, pid) for node in (b, c)}
             moved = {o for o, epoch in owners if o != cluster.ids["a"] and epoch == 1}
             return moved.pop() if len(owners) == 1 and moved else None
 
@@ -105,7 +78,7 @@ def _partition_and_heal(cluster: Cluster, partition: Partition, tmp_path: Path) 
         # and their side goes on with new work
         other_log = tmp_path / "b-side.jsonl"
         other_log.touch()
-        fresh = {"template": "custom", "tasks": _tasks(other_log, 4, 0.05, "q")}
+        fresh = {"template": "custom", "tasks": effect_tasks(other_log, 4, 0.05, "q")}
         qid = str(post(b, "/api/v1/pipelines", fresh)["pipeline_id"])
         q_done = wait_until(lambda: pipeline_done(b, qid), 30, "b's new pipeline")
         assert q_done["status"] == "completed", cluster.logs()
@@ -115,14 +88,14 @@ def _partition_and_heal(cluster: Cluster, partition: Partition, tmp_path: Path) 
         assert (seen["owner_id"], seen["owner_epoch"]) == (cluster.ids["a"], 0)
         a_log = tmp_path / "a-side.jsonl"
         a_log.touch()
-        held = {"template": "custom", "tasks": _tasks(a_log, 3, 0.05, "r")}
+        held = {"template": "custom", "tasks": effect_tasks(a_log, 3, 0.05, "r")}
         rid = str(partition.request("POST", f"{a.url}/api/v1/pipelines", held)["pipeline_id"])
         assert effects(a_log) == []
     finally:
         partition.heal()
 
     # When the link is back: one owner, the successor, on every node; a keeps a replica
-    wait_until(lambda: _owners(cluster, pid) == {(successor, 1)}, 30, "one owner everywhere")
+    wait_until(lambda: owners(cluster, pid) == {(successor, 1)}, 30, "one owner everywhere")
     assert get(a, f"/api/v1/pipelines/{pid}")["replica"] is not None
     # a's pipeline created in the partition runs now, claimed from a by b and c
     r_done = wait_until(lambda: pipeline_done(a, rid), 30, "a's pipeline of the partition")
@@ -132,14 +105,5 @@ def _partition_and_heal(cluster: Cluster, partition: Partition, tmp_path: Path) 
     for owner in {successor, cluster.ids["a"]}:
         wait_until(lambda owner=owner: replicas_agree(cluster, owner), 30, "the replicas to agree")
     # and no task started or ended twice, anywhere
-    assert len(_done_once(log)) == count
-    assert len(_done_once(other_log)) == 4 and len(_done_once(a_log)) == 3
-
-
-def _owner(node: Any, pid: str) -> tuple[str, int]:
-    shown = get(node, f"/api/v1/pipelines/{pid}")
-    return str(shown["owner_id"]), int(shown["owner_epoch"])
-
-
-def _owners(cluster: Cluster, pid: str) -> set[tuple[str, int]]:
-    return {_owner(node, pid) for node in cluster.nodes.values()}
+    assert len(ran_once(log)) == count
+    assert len(ran_once(other_log)) == 4 and len(ran_once(a_log)) == 3

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -15,56 +14,32 @@ import pytest
 
 from tests.cluster.support import (
     Cluster,
+    effect_tasks,
     effects,
     get,
     make_cluster,
+    owner_of,
+    owners,
     pipeline_done,
     post,
+    ran_once,
     replicas_agree,
+    takeover_on,
 )
 from tests.e2e.conftest import wait_until
 
 pytestmark = pytest.mark.slow
 
-WAIT = 4.0  # cluster.originator_wait_sec
-
-
-def _takeover_on(name: str, text: str) -> str:
-    return text.replace(
-        "cluster:\n",
-        f"cluster:\n  takeover: true\n  originator_wait_sec: {WAIT}\n",
-        1,
-    )
-
-
-def _effect_tasks(log: Path, count: int, seconds: float) -> list[dict[str, Any]]:
-    return [
-        {
-            "ref": f"t{i}",
-            "type": "TEST_EFFECT_AI",
-            "payload": {"effect_log": str(log), "seconds": seconds},
-        }
-        for i in range(count)
-    ]
-
-
-def _owner(node: Any, pid: str) -> tuple[str, int]:
-    shown = get(node, f"/api/v1/pipelines/{pid}")
-    return str(shown["owner_id"]), int(shown["owner_epoch"])
-
 
 def _each_once(log: Path, count: int) -> None:
-    rows = effects(log)
-    starts = Counter(e["task"] for e in rows if e["phase"] == "start")
-    ends = Counter(e["task"] for e in rows if e["phase"] == "end")
+    ends = ran_once(log)
     assert len(ends) == count, ends
-    assert set(starts.values()) == {1} and set(ends.values()) == {1}, (starts, ends)
 
 
 def test_a_suspended_owners_pipeline_is_taken_over_and_every_task_runs_once(
     tmp_path: Path,
 ) -> None:
-    with make_cluster(tmp_path, configure=_takeover_on) as cluster:
+    with make_cluster(tmp_path, configure=takeover_on) as cluster:
         _suspend_and_take_over(cluster, tmp_path)
 
 
@@ -75,7 +50,7 @@ def _suspend_and_take_over(cluster: Cluster, tmp_path: Path) -> None:
     log = tmp_path / "effects.jsonl"
     log.touch()
     count = 40
-    body = {"template": "custom", "tasks": _effect_tasks(log, count, 0.25)}
+    body = {"template": "custom", "tasks": effect_tasks(log, count, 0.25)}
     pid = post(a, "/api/v1/pipelines", body)["pipeline_id"]
     # When a is suspended once a tenth of the tasks have run, for longer than the wait
     wait_until(
@@ -89,7 +64,7 @@ def _suspend_and_take_over(cluster: Cluster, tmp_path: Path) -> None:
         # Then b or c takes the pipeline over and the cluster finishes it
         def taken() -> str | None:
             for node in (b, c):
-                owner, epoch = _owner(node, pid)
+                owner, epoch = owner_of(node, pid)
                 if owner != cluster.ids["a"] and epoch == 1:
                     return owner
             return None
@@ -105,7 +80,7 @@ def _suspend_and_take_over(cluster: Cluster, tmp_path: Path) -> None:
     # and every task ran exactly once
     _each_once(log, count)
     # When a is back: it holds the pipeline as a replica of the successor's rows
-    wait_until(lambda: _owner(a, pid) == (successor, 1), 30, "a to learn the new owner")
+    wait_until(lambda: owner_of(a, pid) == (successor, 1), 30, "a to learn the new owner")
     shown = get(a, f"/api/v1/pipelines/{pid}")
     assert shown["replica"] is not None and shown["status"] == "completed"
     wait_until(lambda: replicas_agree(cluster, successor), 20, "the replicas to agree")
@@ -118,7 +93,7 @@ def _start_pipeline(cluster: Cluster, tmp_path: Path, count: int = 40) -> tuple[
     cluster.start_all()
     log = tmp_path / "effects.jsonl"
     log.touch()
-    body = {"template": "custom", "tasks": _effect_tasks(log, count, 0.25)}
+    body = {"template": "custom", "tasks": effect_tasks(log, count, 0.25)}
     pid = str(post(cluster.nodes["a"], "/api/v1/pipelines", body)["pipeline_id"])
     wait_until(
         lambda: sum(1 for e in effects(log) if e["phase"] == "end") >= count // 10,
@@ -128,19 +103,10 @@ def _start_pipeline(cluster: Cluster, tmp_path: Path, count: int = 40) -> tuple[
     return pid, log
 
 
-def _owners(cluster: Cluster, pid: str) -> set[tuple[str, int]]:
-    """The (owner, epoch) every running node shows for the pipeline."""
-    return {
-        _owner(node, pid)
-        for node in cluster.nodes.values()
-        if node.proc is not None and node.proc.poll() is None
-    }
-
-
 def test_an_owner_killed_and_restarted_after_the_takeover_keeps_a_replica(
     tmp_path: Path,
 ) -> None:
-    with make_cluster(tmp_path, configure=_takeover_on) as cluster:
+    with make_cluster(tmp_path, configure=takeover_on) as cluster:
         # Given a pipeline of a's mid-way; When a is killed (kill -9)
         pid, log = _start_pipeline(cluster, tmp_path)
         a = cluster.nodes["a"]
@@ -149,7 +115,7 @@ def test_an_owner_killed_and_restarted_after_the_takeover_keeps_a_replica(
         # Then a peer takes it over and the cluster finishes it
         def taken() -> str | None:
             for name in "bc":
-                owner, epoch = _owner(cluster.nodes[name], pid)
+                owner, epoch = owner_of(cluster.nodes[name], pid)
                 if owner != cluster.ids["a"] and epoch == 1:
                     return owner
             return None
@@ -160,9 +126,9 @@ def test_an_owner_killed_and_restarted_after_the_takeover_keeps_a_replica(
         assert done["status"] == "completed", cluster.logs()
         # When a starts again: it learns the new owner, keeps a replica, runs nothing
         a.start()
-        wait_until(lambda: _owner(a, pid) == (successor, 1), 30, "a to learn the new owner")
+        wait_until(lambda: owner_of(a, pid) == (successor, 1), 30, "a to learn the new owner")
         assert get(a, f"/api/v1/pipelines/{pid}")["replica"] is not None
-        assert _owners(cluster, pid) == {(successor, 1)}
+        assert owners(cluster, pid) == {(successor, 1)}
         _each_once(log, 40)
 
 
@@ -178,14 +144,14 @@ def test_a_hand_off_mid_pipeline_moves_it_at_once_and_runs_every_task_once(
         target = str(moved["target"])
         assert target in (cluster.ids["b"], cluster.ids["c"])
         # the old owner holds a replica at once; the new owner finishes the pipeline
-        assert _owner(a, pid) == (target, 1)
+        assert owner_of(a, pid) == (target, 1)
         assert get(a, f"/api/v1/pipelines/{pid}")["replica"] is not None
         new_owner = cluster.nodes[cluster.name_of(target)]
         done = wait_until(lambda: pipeline_done(new_owner, pid), 60, "the pipeline to finish")
         assert done["status"] == "completed", cluster.logs()
         assert done["owner_history"][-1]["how"] == "handoff"
         _each_once(log, 40)
-        wait_until(lambda: _owners(cluster, pid) == {(target, 1)}, 20, "one owner everywhere")
+        wait_until(lambda: owners(cluster, pid) == {(target, 1)}, 20, "one owner everywhere")
 
 
 @pytest.mark.parametrize(
@@ -209,10 +175,10 @@ def test_a_hand_off_killed_at_any_step_leaves_one_owner_and_loses_no_task(
         # Then the pipeline has one owner (a, or the target once a learnt it adopted it),
         # it completes, and every task ran once
         def finished() -> dict[str, Any] | None:
-            owners = _owners(cluster, pid)
-            if len(owners) != 1:
+            shown = owners(cluster, pid)
+            if len(shown) != 1:
                 return None
-            ((owner, _),) = owners
+            ((owner, _),) = shown
             return pipeline_done(cluster.nodes[cluster.name_of(owner)], pid)
 
         done = wait_until(finished, 60, "the pipeline to finish with one owner")
@@ -238,7 +204,7 @@ def test_a_drain_of_the_owner_hands_its_pipeline_off_and_every_task_runs_once(
         assert moved["handed_off"] == [pid], answer
         target = str(moved["target"])
         # Then the pipeline is the target's at once and the others finish it, each task once
-        assert _owner(a, pid) == (target, 1)
+        assert owner_of(a, pid) == (target, 1)
         new_owner = cluster.nodes[cluster.name_of(target)]
         done = wait_until(lambda: pipeline_done(new_owner, pid), 60, "the pipeline to finish")
         assert done["status"] == "completed", cluster.logs()
@@ -258,7 +224,7 @@ def test_a_clean_stop_of_the_owner_hands_its_pipeline_off_and_every_task_runs_on
         # Then a peer owns the pipeline and the cluster finishes it without a, each task once
         def finished() -> dict[str, Any] | None:
             for name in "bc":
-                owner, epoch = _owner(cluster.nodes[name], pid)
+                owner, epoch = owner_of(cluster.nodes[name], pid)
                 if owner != cluster.ids["a"] and epoch == 1:
                     return pipeline_done(cluster.nodes[cluster.name_of(owner)], pid)
             return None

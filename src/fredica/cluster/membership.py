@@ -173,11 +173,10 @@ class Membership:
             if peer.address not in self._asking:
                 self._ask(peer)
 
-    def _ask(self, peer: Peer) -> asyncio.Task[None]:
+    def _ask(self, peer: Peer) -> None:
         task = asyncio.create_task(self._guarded(peer), name=f"fredica-peer-{peer.address}")
         self._asking[peer.address] = task
         task.add_done_callback(lambda _: self._asking.pop(peer.address, None))
-        return task
 
     async def _guarded(self, peer: Peer) -> None:
         try:

@@ -167,12 +167,15 @@ class Ownership:
 
     def wait_marks(self) -> dict[str, JSON]:
         """Per other owner not online now: how long it has been silent and how long the
-        cluster waits before another node takes its pipelines over (the UI's "waiting for
-        owner")."""
+        cluster waits before another node takes its pipelines over (None with takeover off:
+        they wait for it; the UI's "waiting for owner")."""
         now = boottime()
         online = {p.node_id for p in self._membership.peers() if p.online and p.node_id}
         return {
-            owner: {"silent_sec": round(now - seen, 1), "wait_sec": self.wait}
+            owner: {
+                "silent_sec": round(now - seen, 1),
+                "wait_sec": self.wait if self.takeover else None,
+            }
             for owner, seen in self._last_seen.items()
             if owner not in online
         }
@@ -231,16 +234,7 @@ class Ownership:
         now = boottime()
         peers = [p for p in self._membership.peers() if p.node_id]
         self.lease.peers_known = self.takeover and (self.lease.peers_known or bool(peers))
-        for peer in peers:
-            assert peer.node_id is not None
-            answered = peer.owner.answered_at if peer.owner is not None else None
-            if answered is not None:
-                # silence counts from its last answer to anything (a probe, a pull, a
-                # report), not from when enough probes failed to call it offline
-                seen = self._last_seen.get(peer.node_id, 0.0)
-                self._last_seen[peer.node_id] = max(seen, answered)
-            elif peer.online:
-                self._last_seen[peer.node_id] = now
+        self._note_seen(peers, now)
         self.view = await self.owner_view()
         silent = set(self.wait_marks())
         if silent != self._silent:
@@ -359,18 +353,27 @@ class Ownership:
             for task in report.snapshot:
                 self._changed(task.pipeline_id or "")
 
-    def _heard_lately(self, owner: str) -> bool:
-        """Whether `owner` answered any request within the wait (a probe, a pull), checked
-        after the replica's pipelines are read: a pull brings rows only from an owner that
-        answered, so a pipeline it made after its return is never taken from it."""
-        for peer in self._membership.peers():
-            if peer.node_id != owner:
+    def _note_seen(self, peers: Sequence[Peer], now: float) -> None:
+        """Silence counts from a peer's last answer to anything (a probe, a pull, a report),
+        not from when enough probes failed to call it offline."""
+        for peer in peers:
+            if peer.node_id is None:
                 continue
             answered = peer.owner.answered_at if peer.owner is not None else None
-            if answered is None:
-                return peer.online
-            return boottime() - answered < self.wait
-        return False
+            if answered is not None:
+                seen = self._last_seen.get(peer.node_id, 0.0)
+                self._last_seen[peer.node_id] = max(seen, answered)
+            elif peer.online:
+                self._last_seen[peer.node_id] = now
+
+    def _heard_lately(self, owner: str) -> bool:
+        """Whether `owner` answered any request within the wait, checked again after the
+        replica's pipelines are read: a pull brings rows only from an owner that answered,
+        so a pipeline it made after its return is never taken from it."""
+        now = boottime()
+        self._note_seen(self._membership.peers(), now)
+        seen = self._last_seen.get(owner)
+        return seen is not None and now - seen < self.wait
 
     async def _gather_claims(self, owner: str) -> list[settle.Word]:
         """What this node and every online peer run or ran of `owner`'s tasks."""

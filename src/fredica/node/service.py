@@ -1371,23 +1371,15 @@ class Node:
         null with `cluster.takeover` off: its pipelines wait until it is back)."""
         now = self.clock.now()
         silent = self.ownership.wait_marks() if self.ownership is not None else {}
-        takeover = self.ownership is not None and self.ownership.takeover
-        marks: dict[str, dict[str, Any]] = {}
-        for owner, at in (await self._store.replica_freshness()).items():
-            mark: dict[str, Any] = {
+        return {
+            owner: {
                 "owner": owner,
                 "pulled_at": at,
                 "age_sec": round(max(0.0, now - at), 3),
-                "waiting": None,
+                "waiting": silent.get(owner),
             }
-            if owner in silent:
-                wait = silent[owner]
-                mark["waiting"] = {
-                    "silent_sec": wait["silent_sec"],
-                    "wait_sec": wait["wait_sec"] if takeover else None,
-                }
-            marks[owner] = mark
-        return marks
+            for owner, at in (await self._store.replica_freshness()).items()
+        }
 
     async def cluster_tasks(
         self,
