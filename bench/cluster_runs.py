@@ -72,8 +72,9 @@ def nodes(
     cluster_extra: str = "",
     procs: list[subprocess.Popen[bytes]] | None = None,
 ) -> Iterator[list[str]]:
-    """`count` nodes (the first is the seed of the others); yields their base URLs once the
-    first sees all the others online. `cluster_extra` is added to the `cluster:` section of
+    """`count` nodes (the first is the seed of the others); yields their base URLs once
+    every node sees all the others online (a cluster that has formed: a node that knows only
+    the seed would, with the seed asleep, see no successor but itself). `cluster_extra` is added to the `cluster:` section of
     every node's worker.yaml; `procs`, if given, receives the node processes."""
     ports = [free_port() for _ in range(count)]
     env = dict(os.environ)
@@ -95,7 +96,8 @@ def nodes(
         urls = [f"http://127.0.0.1:{p}" for p in ports]
         for url, proc in zip(urls, procs, strict=True):
             wait_healthy(url, proc, timeout=START_TIMEOUT)
-        _wait_for_peers(urls[0], count - 1)
+        for url in urls:
+            _wait_for_peers(url, count - 1)
         yield urls
     finally:
         for proc in procs:

@@ -233,3 +233,39 @@ def test_a_clean_stop_of_the_owner_hands_its_pipeline_off_and_every_task_runs_on
         assert done["status"] == "completed", cluster.logs()
         assert done["owner_history"][-1]["how"] == "handoff"
         _each_once(log, 40)
+
+
+def test_with_two_nodes_the_one_left_keeps_working_and_takes_the_sleepers_pipeline(
+    tmp_path: Path,
+) -> None:
+    # Given a desktop (a, the owner) and a NAS (b) with takeover on, a's pipeline running on b
+    with make_cluster(tmp_path, names="ab", configure=takeover_on) as cluster:
+        cluster.start_all()
+        a, b = cluster.nodes["a"], cluster.nodes["b"]
+        log = tmp_path / "effects.jsonl"
+        log.touch()
+        body = {"template": "custom", "tasks": effect_tasks(log, 20, 0.25)}
+        pid = post(a, "/api/v1/pipelines", body)["pipeline_id"]
+        wait_until(
+            lambda: sum(1 for e in effects(log) if e["phase"] == "end") >= 2,
+            30,
+            "a tenth of the tasks to run",
+        )
+        assert a.proc is not None
+        # When the desktop sleeps for longer than the wait
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        try:
+            # Then the NAS, alone, takes its pipeline over and finishes it
+            wait_until(lambda: owner_of(b, pid) == (cluster.ids["b"], 1), 40, "b to take it over")
+            done = wait_until(lambda: pipeline_done(b, pid), 60, "the pipeline to finish")
+            assert done["status"] == "completed", cluster.logs()
+            # and its own new work runs too: alone it is half of the cluster, never fenced
+            own = {"template": "custom", "tasks": effect_tasks(log, 6, 0.1, ref="own")}
+            mine = post(b, "/api/v1/pipelines", own)["pipeline_id"]
+            finished = wait_until(lambda: pipeline_done(b, mine), 30, "b's own pipeline")
+            assert finished["status"] == "completed", cluster.logs()
+        finally:
+            os.kill(a.proc.pid, signal.SIGCONT)
+        # and when the desktop is back it keeps a replica and runs nothing again
+        wait_until(lambda: owner_of(a, pid) == (cluster.ids["b"], 1), 30, "a to learn")
+        _each_once(log, 26)

@@ -18,9 +18,10 @@ how often it changed hands. It moves in two ways:
   then the lowest node id; nobody takes over while any online peer heard from the owner in the
   last half of the wait.
 
-The old owner fences itself: with peers known, an owner that has heard from none of them for
-half of `originator_wait_sec` (on a clock that counts while the machine sleeps) may have been
-taken over, so it acts on none of its own rows (no claim, no liveness judgement, no report
+The old owner fences itself: with peers known, an owner in contact (an answer within half of
+`originator_wait_sec`, on a clock that counts while the machine sleeps) with fewer than half of
+the nodes it knows, itself included, may have been taken over, so it acts on none of its own
+rows (no claim, no liveness judgement, no report
 accepted, and its own running attempts wait at their next checkpoint) until a peer answers and
 it has asked that peer which of its pipelines moved: those it demotes, and it goes on with the
 rest. Its returning rows never overwrite the successor's, because replicas merge by epoch first.
@@ -66,38 +67,87 @@ def crash_point(step: str) -> None:
 
 
 class Lease:
-    """Whether this node may act as the owner of its pipelines (see the module docstring)."""
+    """Whether this node may act as the owner of its pipelines (see the module docstring).
+
+    The node acts while the nodes it is in contact with (itself included) are at least half of
+    the nodes it knows: with two nodes it always acts (a sleeping desktop must not stop the
+    NAS), with three it acts while it hears one peer. Contact with a peer is an answer within
+    `lapse_after`. After a lapse (or a start after a long absence) it acts again only once a
+    peer has answered and been asked which of this node's pipelines moved. A node that was
+    itself away (suspended, its machine asleep: its own clock did not tick for `lapse_after`)
+    lapses too, whatever the count: with two nodes, the one that slept is the one that may
+    have been taken over."""
 
     def __init__(self, wait: float, now: Callable[[], float] = boottime) -> None:
         self.wait = wait
         self._now = now
-        self.last_contact = now()
         self.confirmed = True
         #: some peer is known (this run): only then can anybody take this node's work over
         self.peers_known = False
+        #: the peers known now (online or not) and when each last answered (`now()`)
+        self.known: set[str] = set()
+        self._contacts: dict[str, float] = {}
+        self._since = now()
+        self._ticked = now()
 
     @property
     def lapse_after(self) -> float:
-        """Silence (seconds) after which this node stops acting as an owner."""
+        """Silence (seconds) after which a peer no longer counts as in contact."""
         return self.wait / 2
+
+    def in_contact(self) -> int:
+        """The known peers that answered within `lapse_after`."""
+        now = self._now()
+        return sum(
+            1
+            for peer in self.known
+            if now - self._contacts.get(peer, self._since) < self.lapse_after
+        )
+
+    def _enough(self) -> bool:
+        return 2 * (1 + self.in_contact()) >= 1 + len(self.known)
+
+    def restart_clock(self) -> None:
+        """The clock's ticks begin (at the start of the ownership loops)."""
+        self._ticked = self._now()
+
+    def tick(self) -> None:
+        """This node's own clock ran (every interval, from a loop that does nothing else)."""
+        self._check_away()
+        self._ticked = self._now()
+
+    def _check_away(self) -> None:
+        away = self._now() - self._ticked
+        if self.peers_known and self.confirmed and away >= self.lapse_after:
+            self.confirmed = False
+            logger.warning(
+                "this node was away (suspended or asleep) for %.0fs: it acts on none of its "
+                "pipelines until a peer answers (one may have taken them over)",
+                away,
+                extra={"action": "owner_lapsed"},
+            )
 
     def valid(self) -> bool:
         if not self.peers_known:
             return True
-        if self.confirmed and self._now() - self.last_contact >= self.lapse_after:
+        self._check_away()
+        if self.confirmed and not self._enough():
             self.confirmed = False
             logger.warning(
-                "no peer answered for %.0fs: this node acts on none of its pipelines until one "
-                "does (one of them may be taking them over)",
-                self._now() - self.last_contact,
+                "in contact with %d of %d peer(s) for %.0fs: this node acts on none of its "
+                "pipelines until more answer (one of them may be taking them over)",
+                self.in_contact(),
+                len(self.known),
+                self.lapse_after,
                 extra={"action": "owner_lapsed"},
             )
         return self.confirmed
 
-    def heard(self) -> None:
+    def heard(self, peer: str | None = None) -> None:
         """A peer answered (and, if the lease had lapsed, the moves were checked)."""
-        self.last_contact = self._now()
-        self.confirmed = True
+        if peer is not None:
+            self._contacts[peer] = self._now()
+        self.confirmed = self._enough() if peer is not None else True
 
     def unconfirm(self) -> None:
         self.confirmed = False
@@ -152,6 +202,7 @@ class Ownership:
         self._lock = asyncio.Lock()
         self.moves = 0  # pipelines moved to or from this node since it started
         self._task: asyncio.Task[None] | None = None
+        self._awake: asyncio.Task[None] | None = None
         self._announcing: set[asyncio.Task[None]] = set()
 
     # --- authority (router.Authority) --------------------------------------------------------
@@ -210,16 +261,30 @@ class Ownership:
             self.lease.peers_known = True
             self.lease.unconfirm()
         await self._refresh_took_over()
+        self.lease.restart_clock()
         self._task = asyncio.create_task(self._loop(), name="fredica-ownership")
+        self._awake = asyncio.create_task(self._awake_loop(), name="fredica-ownership-awake")
 
     async def stop(self) -> None:
         for task in self._announcing:
             task.cancel()
+        if self._awake is not None:
+            self._awake.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._awake
+            self._awake = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+    async def _awake_loop(self) -> None:
+        """Ticks the lease's own clock: a gap in it means this process was suspended."""
+        step = max(0.05, min(self._membership.interval, self.lease.lapse_after / 4))
+        while True:
+            self.lease.tick()
+            await asyncio.sleep(step)
 
     async def _loop(self) -> None:
         while True:
@@ -234,6 +299,7 @@ class Ownership:
         now = boottime()
         peers = [p for p in self._membership.peers() if p.node_id]
         self.lease.peers_known = self.takeover and (self.lease.peers_known or bool(peers))
+        self.lease.known = {p.node_id for p in peers if p.node_id}
         self._note_seen(peers, now)
         self.view = await self.owner_view()
         silent = set(self.wait_marks())
@@ -499,7 +565,7 @@ class Ownership:
                 peer.node_id,
                 extra={"action": "owner_confirmed"},
             )
-        self.lease.heard()
+        self.lease.heard(peer.node_id)
 
     async def _check_moves(self, peer: Peer) -> None:
         """Ask a peer again when the set of this node's pipelines it owns changed."""
