@@ -32,10 +32,12 @@ from typing import Any
 
 from bench import quality, talks
 from fredica.capabilities import packaged_models
+from fredica.executors import transcribe
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SYSTEMS = ("fredica", "batched", "plain")
 MODEL = packaged_models.TINY_EN
+COMPUTE = transcribe.default_compute_type(MODEL, "cpu")  # the pipeline's default
 BEAM = 5
 
 
@@ -62,7 +64,7 @@ class Peers:
         began = time.perf_counter()
         self.threads = os.cpu_count() or 1
         self.model = WhisperModel(
-            str(path), device="cpu", compute_type="int8", cpu_threads=self.threads
+            str(path), device="cpu", compute_type=COMPUTE, cpu_threads=self.threads
         )
         self.batched = BatchedInferencePipeline(model=self.model)
         self.load_s = round(time.perf_counter() - began, 2)
@@ -129,7 +131,7 @@ def run(
     return {
         "audio_s": round(length, 1),
         "reference_words": len(talks.words(reference)),
-        "model": f"{MODEL} (int8, cpu), language en given",
+        "model": f"{MODEL} ({COMPUTE}, cpu), language en given",
         "beam_size": BEAM,
         "cores": cores,
         "fredica": {

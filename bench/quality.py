@@ -26,6 +26,7 @@ from bench import talks
 from fredica.capabilities import packaged_models
 from fredica.domain.models import PipelineStatus
 from fredica.engine.worker import EngineSettings
+from fredica.executors import transcribe
 from fredica.node import compose
 from fredica.node.service import NodeSettings
 from fredica.pipelines.request import PipelineRequest
@@ -57,7 +58,8 @@ def model_for(language: str) -> str:
 
 
 def whole_file(wav: Path, language: str) -> dict[str, Any]:
-    """faster-whisper once on the whole file (beam 5, int8, the pipeline's thread count)."""
+    """faster-whisper once on the whole file (beam 5, the pipeline's compute type and thread
+    count)."""
     from faster_whisper import WhisperModel
 
     name = model_for(language)
@@ -65,7 +67,8 @@ def whole_file(wav: Path, language: str) -> dict[str, Any]:
     assert path is not None, f"packaged model {name} missing: make venv"
     loaded = time.perf_counter()
     threads = min(4, os.cpu_count() or 1)
-    model = WhisperModel(str(path), device="cpu", compute_type="int8", cpu_threads=threads)
+    compute = transcribe.default_compute_type(name, "cpu")  # the pipeline's
+    model = WhisperModel(str(path), device="cpu", compute_type=compute, cpu_threads=threads)
     started = time.perf_counter()
     segments, _ = model.transcribe(str(wav), language=language, beam_size=5)
     text = " ".join(s.text.strip() for s in segments)

@@ -32,7 +32,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.datastructures import UploadFile
 
 from fredica.capabilities import packaged_models
-from fredica.executors import cloud_asr, ffmpeg
+from fredica.executors import cloud_asr, ffmpeg, transcribe
 
 RATE = 16_000
 FRAME = RATE // 50  # 20 ms
@@ -94,7 +94,8 @@ class WhisperRecognizer:
 
         path = packaged_models.materialize(model)
         assert path is not None, f"the packaged {model} model is not installed"
-        self.model = WhisperModel(str(path), device="cpu", compute_type="int8", cpu_threads=2)
+        compute = transcribe.default_compute_type(model, "cpu")
+        self.model = WhisperModel(str(path), device="cpu", compute_type=compute, cpu_threads=2)
 
     def __call__(self, samples: np.ndarray, language: str | None, prompt: str | None) -> Heard:
         found, info = self.model.transcribe(
