@@ -203,3 +203,13 @@ def test_long_template_routes_detected_language_into_spawned_chunks(tmp_path: Pa
     )
     plan = template.on_task_completed(SpawnInput(done, pipeline, (done, nearer, merge_task)))
     assert plan is not None and nearer.id not in plan.patch_payloads
+
+
+def test_the_default_compute_type_is_float32_for_small_models_on_the_cpu() -> None:
+    from fredica.executors.transcribe import default_compute_type
+
+    for name in ("tiny.en", "tiny", "base", "base.en", "/models/faster-whisper-base"):
+        assert default_compute_type(name, "cpu") == "float32", name
+    for name in ("small", "medium.en", "large-v3", "/models/whisper-large-v3"):
+        assert default_compute_type(name, "cpu") == "int8", name
+    assert default_compute_type("base", "cuda") == "float16"

@@ -21,10 +21,10 @@ how often it changed hands. It moves in two ways:
 The old owner fences itself: with peers known, an owner in contact (an answer within half of
 `originator_wait_sec`, on a clock that counts while the machine sleeps) with fewer than half of
 the nodes it knows, itself included, may have been taken over, so it acts on none of its own
-rows (no claim, no liveness judgement, no report
-accepted, and its own running attempts wait at their next checkpoint) until a peer answers and
-it has asked that peer which of its pipelines moved: those it demotes, and it goes on with the
-rest. Its returning rows never overwrite the successor's, because replicas merge by epoch first.
+rows (no claim, no liveness judgement, no report accepted, and its own running attempts wait at
+their next checkpoint) until a peer answers and it has asked that peer which of its pipelines
+moved: those it demotes, and it goes on with the rest. Its returning rows never overwrite the
+successor's, because replicas merge by epoch first.
 The same question is asked at the first contact with every peer after a start, and again
 whenever a peer's `/cluster/info` shows that the set of pipelines it took over changed, so two
 halves of a partition that both kept a pipeline meet with one owner: the higher epoch.
@@ -134,7 +134,7 @@ class Lease:
         if self.confirmed and not self._enough():
             self.confirmed = False
             logger.warning(
-                "in contact with %d of %d peer(s) for %.0fs: this node acts on none of its "
+                "in contact with %d of %d peer(s) within %.0fs: this node acts on none of its "
                 "pipelines until more answer (one of them may be taking them over)",
                 self.in_contact(),
                 len(self.known),
@@ -143,11 +143,10 @@ class Lease:
             )
         return self.confirmed
 
-    def heard(self, peer: str | None = None) -> None:
+    def heard(self, peer: str) -> None:
         """A peer answered (and, if the lease had lapsed, the moves were checked)."""
-        if peer is not None:
-            self._contacts[peer] = self._now()
-        self.confirmed = self._enough() if peer is not None else True
+        self._contacts[peer] = self._now()
+        self.confirmed = self._enough()
 
     def unconfirm(self) -> None:
         self.confirmed = False
