@@ -69,14 +69,19 @@ def upload(
                 # 409: the node stands elsewhere (a part it kept we did not hear of)
                 offset = _offset(node, upload_id)
             except DROPPED as exc:
-                failures += 1
-                if failures > RETRIES:
-                    die(f"the upload stopped at byte {offset} of {size}: {exc}", 2)
-                time.sleep(min(MAX_BACKOFF_SEC, BACKOFF_SEC * 2 ** (failures - 1)))
-                try:
-                    kept = _offset(node, upload_id)
-                except DROPPED:
-                    continue
+                # ask, with backoff, until the node answers how far it got: the resume is
+                # then said once, at the byte it starts from
+                while True:
+                    failures += 1
+                    if failures > RETRIES:
+                        die(f"the upload stopped at byte {offset} of {size}: {exc}", 2)
+                    time.sleep(min(MAX_BACKOFF_SEC, BACKOFF_SEC * 2 ** (failures - 1)))
+                    try:
+                        kept = _offset(node, upload_id)
+                    except DROPPED as again:
+                        exc = again
+                        continue
+                    break
                 if kept > offset:
                     failures = 0
                 offset = kept
