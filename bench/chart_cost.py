@@ -13,7 +13,12 @@ each the median of `samples` calls after a warm-up. Rounds alternate without and
 chart indexes (`schema.CHART_INDEXES`, dropped and created again on the same file, then
 `ANALYZE`), so drift of the machine favours neither; each figure is the median over its rounds.
 `plans` holds the `EXPLAIN QUERY PLAN` of each statement of the read, with and without.
-Results: `bench/results/chart_cost.json`.
+Last, with the indexes, a real `fredica serve` on loopback serves the data dir and
+`http_ms` is the median time of `GET /api/v1/stats/timeseries?window=...` (what the charts
+page asks, answered over HTTP); the target (<= 200 ms at 1M events) is judged on it.
+`python -m bench --only charts` runs it inside the bench report (the 1M default; the smoke
+test a small store); `python -m bench.chart_cost` on its own writes
+`bench/results/chart_cost.json`.
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from bench import list_cost
-from bench.util import log, rnd
+from bench.util import log, rnd, served
 from fredica.domain import timeseries
 from fredica.node.service import DB_FILENAME
 from fredica.node.stats import EVENT_LIMIT, Stats
@@ -152,6 +159,19 @@ async def _measure(path: Path, samples: int) -> dict[str, Any]:
     return out
 
 
+def measure_http(data_dir: Path, samples: int) -> dict[str, float]:
+    """Median ms of the charts' request for each window, over HTTP from a real node."""
+    out: dict[str, float] = {}
+    with (
+        served(data_dir, list_cost.CONFIG, start_timeout=list_cost.START_TIMEOUT) as url,
+        httpx.Client(base_url=url, timeout=list_cost.REQUEST_TIMEOUT, trust_env=False) as client,
+    ):
+        for w in WINDOWS:
+            ms = list_cost.timed_get(client, "/api/v1/stats/timeseries", {"window": w}, samples)
+            out[w] = round(ms, 1)
+    return out
+
+
 def run(
     work_dir: Path, events: int = 1_000_000, rounds: int = 3, samples: int = 5
 ) -> dict[str, Any]:
@@ -186,7 +206,12 @@ def run(
         | {"events_in_window": per_round[-1][window]["events_in_window"]}
         for window in WINDOWS
     }
-    met = all((summary[w]["endpoint_ms_with"] or 0) <= TARGET_MS for w in WINDOWS)
+    set_indexes(path, True)  # as a node's migration leaves them
+    http = measure_http(data_dir, samples)
+    log("chart: over HTTP " + ", ".join(f"{w} {http[w]:.1f} ms" for w in WINDOWS))
+    for window in WINDOWS:
+        summary[window]["http_ms"] = http[window]
+    met = all(http[w] <= TARGET_MS for w in WINDOWS)
     plans = {
         label: {w: next(r for r in per_round if r["indexed"] is present)[w]["plans"]
                 for w in WINDOWS}
@@ -199,6 +224,11 @@ def run(
         "backlog": info,
         "indexes": [create for _, create in CHART_INDEXES],
         "target_ms": TARGET_MS,
+        "config": (
+            f"a SQLite data dir of {info['events']:,} task events ({info['tasks']:,} tasks) built "
+            f"by bulk SQL; rounds alternate without and with the chart indexes; http_ms: fredica "
+            f"serve on loopback, median of {samples} requests after one warm-up"
+        ),
         "target_met": met,
         "summary": summary,
         "rounds": per_round,

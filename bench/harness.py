@@ -1,8 +1,9 @@
 """`python -m bench`: run the benchmarks and write bench/results/latest.{json,md}.
 
 Benchmarks (`--only NAME`, repeatable): noop (fredica 2 and 8 workers, the PostgreSQL store,
-Huey 2 and 8 workers, Celery), claim (with the query plans of the hot path), claim_pg, latency,
-fanout, media, list (task and pipeline lists over HTTP at a million tasks), cluster (I/O-bound
+Huey 2 and 8 workers, Celery, procrastinate, pgqueuer), claim (with the query plans of the hot
+path), claim_pg, latency, fanout, media, list (task and pipeline lists over HTTP at a million
+tasks), charts (the charts' endpoint at a million task events), cluster (I/O-bound
 work on one and three `fredica serve` nodes of a home cluster; the claim round trip over
 HTTP); asr_speed (long-file speech recognition beside faster-whisper's batched and plain
 transcription; only with `--only asr_speed`, it takes minutes). `--full` samples more and
@@ -35,6 +36,7 @@ from typing import Any
 from bench import (
     api_load,
     asr_speed,
+    chart_cost,
     claim_cost,
     cluster_runs,
     fredica_runs,
@@ -58,6 +60,7 @@ BENCHMARKS = (
     "fanout",
     "media",
     "list",
+    "charts",
     "cluster",
     "api_load",
     "asr_speed",
@@ -80,7 +83,7 @@ class Config:
     rounds: int = 3
     #: PostgreSQL store: node processes sharing one database (2 workers each)
     pg_nodes: tuple[int, ...] = (1, 2, 3)
-    #: worker processes of the PostgreSQL peers (procrastinate), 2 workers each
+    #: worker processes of the PostgreSQL peers (procrastinate, pgqueuer), 2 workers each
     pg_peer_procs: tuple[int, ...] = (1, 3)
     noop_deadline_s: float = 90.0
     claim_sizes: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000)
@@ -92,6 +95,8 @@ class Config:
     fanout_chunks: int = 1_000
     fanout_deadline_s: float = 180.0
     list_backlog: int = 1_000_000  # tasks in the data dir the list benchmark serves
+    chart_events: int = 1_000_000  # task events in the data dir the charts benchmark reads
+    chart_rounds: int = 2  # charts: rounds without and with the chart indexes
     cluster_tasks: int = 240  # I/O-bound tasks (0.2 s each) per home-cluster run
     cluster_rounds: int = 2  # 1 and 3 nodes per round, the order alternating
     cluster_claim_samples: int = 200
@@ -160,6 +165,10 @@ def noop_systems(
             systems[f"procrastinate_p{procs}"] = functools.partial(
                 _procrastinate_noop, pg, procs=procs, n=n, deadline=deadline
             )
+        for procs in cfg.pg_peer_procs:
+            systems[f"pgqueuer_p{procs}"] = functools.partial(
+                _pgqueuer_noop, pg, procs=procs, n=n, deadline=deadline
+            )
     return systems
 
 
@@ -167,6 +176,12 @@ def _procrastinate_noop(
     pg: pgserver.PgServer, work: Path, procs: int, n: int, deadline: float
 ) -> dict[str, Any]:
     return pg_peers.run_procrastinate(pg, work, n, procs, 2, deadline)
+
+
+def _pgqueuer_noop(
+    pg: pgserver.PgServer, work: Path, procs: int, n: int, deadline: float
+) -> dict[str, Any]:
+    return pg_peers.run_pgqueuer(pg, work, n, procs, 2, deadline)
 
 
 def _fredica_noop(work: Path, n: int, size: int, workers: int, deadline: float) -> dict[str, Any]:
@@ -259,6 +274,11 @@ def bench_list(cfg: Config, work: Path) -> dict[str, Any]:
     return list_cost.run(work, cfg.list_backlog)
 
 
+def bench_charts(cfg: Config, work: Path) -> dict[str, Any]:
+    log(f"charts: {cfg.chart_events:,} task events, read in-process and over HTTP")
+    return chart_cost.run(work, cfg.chart_events, cfg.chart_rounds)
+
+
 def bench_cluster(cfg: Config, work: Path) -> dict[str, Any]:
     return cluster_runs.run(work, cfg.cluster_tasks, cfg.cluster_rounds, cfg.cluster_claim_samples)
 
@@ -288,6 +308,7 @@ RUNNERS: dict[str, Callable[[Config, Path], dict[str, Any] | None]] = {
     "fanout": bench_fanout,
     "media": bench_media,
     "list": bench_list,
+    "charts": bench_charts,
     "cluster": bench_cluster,
     "api_load": bench_api_load,
     "asr_speed": bench_asr_speed,

@@ -26,8 +26,13 @@ TARGET_TEXT = {
     "idle_p50_push_lt_50ms": "idle latency p50 < 50 ms with push wake-up",
     "pipeline_overhead_lt_5pct": "orchestration overhead on the media pipeline < 5%",
     "list_pages_le_50ms_at_1m": "task list first page and 10,000 deep <= 50 ms at 1M tasks",
+    "charts_le_200ms_at_1m": "charts (1h, 24h, 7d) over HTTP <= 200 ms at 1M task events",
     "cluster_3_nodes_ge_2_8x": "home cluster: 3 nodes >= 2.8x one node on I/O-bound work",
     "engine_under_api_load_ge_half": "engine rate with 20 busy API clients >= 50% of quiet",
+    "pg_n1_ge_2x_procrastinate_p1": "PostgreSQL store, 2 workers: >= 2x procrastinate",
+    "pg_n3_ge_2x_procrastinate_p3": "PostgreSQL store, 3 x 2 workers: >= 2x procrastinate",
+    "pg_n1_ge_pgqueuer_p1": "PostgreSQL store, 2 workers: >= 1x pgqueuer",
+    "pg_n3_ge_pgqueuer_p3": "PostgreSQL store, 3 x 2 workers: >= 1x pgqueuer",
 }
 #: the no-op systems that always appear in the results (null when not run), in table order
 NOOP_KEYS = (
@@ -41,6 +46,8 @@ NOOP_KEYS = (
     "pg_n3",
     "procrastinate_p1",
     "procrastinate_p3",
+    "pgqueuer_p1",
+    "pgqueuer_p3",
 )
 #: no-op ratios (numerator, denominator): of the medians, and round by round
 NOOP_RATIOS = {
@@ -54,6 +61,8 @@ NOOP_RATIOS = {
     "pg_n1_vs_huey_w2": ("pg_n1", "huey_w2"),
     "pg_n1_vs_procrastinate_p1": ("pg_n1", "procrastinate_p1"),
     "pg_n3_vs_procrastinate_p3": ("pg_n3", "procrastinate_p3"),
+    "pg_n1_vs_pgqueuer_p1": ("pg_n1", "pgqueuer_p1"),
+    "pg_n3_vs_pgqueuer_p3": ("pg_n3", "pgqueuer_p3"),
 }
 #: the claim sizes of the issues: always keys (null when not run)
 CLAIM_LABELS = ("1k", "10k", "100k", "1M")
@@ -110,6 +119,30 @@ def list_target(costs: dict[str, Any]) -> bool | None:
     if costs["backlog"] is None or costs["backlog"] < LIST_TARGET_BACKLOG:
         return None
     return bool(max(costs["first_page"], costs["deep_page"]) <= 50.0)
+
+
+CHART_WINDOWS = ("1h", "24h", "7d")
+CHART_TARGET_EVENTS = 1_000_000
+
+
+def chart_costs(raw: dict[str, Any] | None) -> dict[str, Any]:
+    """`charts_ms`: the charts benchmark's events and, per window, the time over HTTP and of
+    the store's read with the chart indexes (null when not run)."""
+    summary = _get(raw, "summary") or {}
+    return {
+        "events": _get(raw, "backlog", "events"),
+        "http": {w: _get(summary, w, "http_ms") for w in CHART_WINDOWS},
+        "query_with": {w: _get(summary, w, "query_ms_with") for w in CHART_WINDOWS},
+        "query_without": {w: _get(summary, w, "query_ms_without") for w in CHART_WINDOWS},
+        "events_in_window": {w: _get(summary, w, "events_in_window") for w in CHART_WINDOWS},
+    }
+
+
+def chart_target(costs: dict[str, Any]) -> bool | None:
+    """Every window <= 200 ms over HTTP, judged only at a million events or more."""
+    if costs["events"] is None or costs["events"] < CHART_TARGET_EVENTS:
+        return None
+    return all(v is not None and v <= 200.0 for v in costs["http"].values())
 
 
 def list_lines(doc: dict[str, Any]) -> list[str]:
@@ -207,6 +240,7 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
         "idle_p50_push_lt_50ms": None if latency["p50"] is None else latency["p50"] < 50.0,
         "pipeline_overhead_lt_5pct": None if overhead is None else overhead < 5.0,
         "list_pages_le_50ms_at_1m": list_target(list_costs(raw.get("list"))),
+        "charts_le_200ms_at_1m": chart_target(chart_costs(raw.get("charts"))),
         "cluster_3_nodes_ge_2_8x": (
             None
             if ratios["cluster_3_nodes_vs_1"] is None
@@ -215,6 +249,14 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
         "engine_under_api_load_ge_half": _at_least(
             _get(raw.get("api_load"), "loaded_vs_quiet"), 0.5
         ),
+        "pg_n1_ge_2x_procrastinate_p1": _noop_target(
+            noop, ratios, "pg_n1_vs_procrastinate_p1", 2.0
+        ),
+        "pg_n3_ge_2x_procrastinate_p3": _noop_target(
+            noop, ratios, "pg_n3_vs_procrastinate_p3", 2.0
+        ),
+        "pg_n1_ge_pgqueuer_p1": _noop_target(noop, ratios, "pg_n1_vs_pgqueuer_p1", 1.0),
+        "pg_n3_ge_pgqueuer_p3": _noop_target(noop, ratios, "pg_n3_vs_pgqueuer_p3", 1.0),
     }
     return {
         "meta": meta,
@@ -245,6 +287,7 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
         "pipeline_overhead_pct": overhead,
         "pipeline_overhead_note": None if overhead is not None else MEDIA_NOTE,
         "list_tasks_ms": list_costs(raw.get("list")),
+        "charts_ms": chart_costs(raw.get("charts")),
         "cluster": cluster_summary(raw.get("cluster")),
         "api_load": api_load_summary(raw.get("api_load")),
         "targets": targets,
@@ -307,6 +350,8 @@ SYSTEM_NAMES = {
     "pg_n3": "fredica, PostgreSQL store, 3 nodes",
     "procrastinate_p1": "procrastinate, 1 worker process (concurrency 2)",
     "procrastinate_p3": "procrastinate, 3 worker processes (concurrency 2 each)",
+    "pgqueuer_p1": "pgqueuer, 1 worker process (max_concurrent_tasks 2)",
+    "pgqueuer_p3": "pgqueuer, 3 worker processes (max_concurrent_tasks 2 each)",
 }
 #: the ratios of the rounds table, as it names them
 RATIO_NAMES = {
@@ -320,7 +365,16 @@ RATIO_NAMES = {
     "pg_n3_vs_pg_n1": "PostgreSQL 3 nodes / 1 node",
     "pg_n1_vs_procrastinate_p1": "PostgreSQL 1 node / procrastinate 1 process",
     "pg_n3_vs_procrastinate_p3": "PostgreSQL 3 nodes / procrastinate 3 processes",
+    "pg_n1_vs_pgqueuer_p1": "PostgreSQL 1 node / pgqueuer 1 process",
+    "pg_n3_vs_pgqueuer_p3": "PostgreSQL 3 nodes / pgqueuer 3 processes",
 }
+
+
+def _met_procs(one: bool | None, three: bool | None) -> str:
+    """A PostgreSQL peer target at 1 and at 3 processes."""
+    if one is None and three is None:
+        return _met(None)
+    return f"1: {_met(one)}; 3: {_met(three)}"
 
 
 def _met_sizes(at_1m: bool | None, at_100k: bool | None) -> str:
@@ -459,10 +513,15 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{_fmt(t['huey_w2'])} / Celery (2) {_fmt(t['celery_w2'])} | 1 node: "
         f"{_x(r['pg_n1_vs_huey_w2'])} / {_x(r['pg_n1_vs_celery_w2'])}; 3 nodes vs 1: "
         f"{_x(r['pg_n3_vs_pg_n1'])} | | |",
-        f"| no-op tasks/s, PostgreSQL store vs procrastinate, 1 / 3 processes (2 workers each) "
-        f"| {_fmt(t['pg_n1'])} / {_fmt(t['pg_n3'])} | procrastinate {_fmt(t['procrastinate_p1'])}"
-        f" / {_fmt(t['procrastinate_p3'])} | {_xr(doc, 'pg_n1_vs_procrastinate_p1')} / "
-        f"{_xr(doc, 'pg_n3_vs_procrastinate_p3')} | ≥ 2× | |",
+        "| no-op tasks/s, PostgreSQL store vs procrastinate and pgqueuer, 1 / 3 processes (2 "
+        f"workers each) | {_fmt(t['pg_n1'])} / {_fmt(t['pg_n3'])} | procrastinate "
+        f"{_fmt(t['procrastinate_p1'])} / {_fmt(t['procrastinate_p3'])} | "
+        f"{_xr(doc, 'pg_n1_vs_procrastinate_p1')} / {_xr(doc, 'pg_n3_vs_procrastinate_p3')} | "
+        "≥ 2× procrastinate | "
+        f"{_met_procs(tg['pg_n1_ge_2x_procrastinate_p1'], tg['pg_n3_ge_2x_procrastinate_p3'])} |",
+        f"| | | pgqueuer {_fmt(t['pgqueuer_p1'])} / {_fmt(t['pgqueuer_p3'])} | "
+        f"{_xr(doc, 'pg_n1_vs_pgqueuer_p1')} / {_xr(doc, 'pg_n3_vs_pgqueuer_p3')} | "
+        f"≥ 1× pgqueuer | {_met_procs(tg['pg_n1_ge_pgqueuer_p1'], tg['pg_n3_ge_pgqueuer_p3'])} |",
         f"| claim + complete, PostgreSQL store, ms ({_sizes(doc['claim_pg_ms'])}) | "
         f"{_per_size(doc['claim_pg_ms'])} | | 1M/1k {_x(r['claim_pg_1m_vs_1k'])}; 100k/1k "
         f"{_x(r['claim_pg_100k_vs_1k'])} | | |",
@@ -476,6 +535,13 @@ def markdown(doc: dict[str, Any]) -> str:
         f"first page / 10,000 deep (cursor) / unfiltered / pipelines | "
         f"{' / '.join(_fmt(doc['list_tasks_ms'][k]) for k in LIST_KEYS)} | | | first and deep "
         f"≤ 50 ms at 1M | {_met(tg['list_pages_le_50ms_at_1m'])} |",
+        f"| charts (`/api/v1/stats/timeseries`) over HTTP at "
+        f"{_fmt(doc['charts_ms']['events'])} task events, ms: 1h / 24h / 7d "
+        f"(store read without → with the chart indexes, 7d: "
+        f"{_fmt(doc['charts_ms']['query_without']['7d'], '', 1)} → "
+        f"{_fmt(doc['charts_ms']['query_with']['7d'], '', 1)}) | "
+        f"{' / '.join(_fmt(doc['charts_ms']['http'][w], '', 1) for w in CHART_WINDOWS)} | | | "
+        f"≤ 200 ms at 1M | {_met(tg['charts_le_200ms_at_1m'])} |",
         f"| home cluster, {_fmt(doc['cluster']['tasks'])} I/O-bound tasks (0.2 s, 4 slots a "
         f"node): wall s on 1 / 3 nodes | {_fmt(doc['cluster']['one_node_s'], '', 2)} / "
         f"{_fmt(doc['cluster']['three_nodes_s'], '', 2)} | | 3 nodes vs 1: "
@@ -524,6 +590,7 @@ def markdown(doc: dict[str, Any]) -> str:
         ("idle latency", "latency"),
         ("fan-out", "fanout"),
         ("task lists", "list"),
+        ("charts", "charts"),
     ):
         cfg = _get(doc["details"].get(key), "config")
         if cfg:

@@ -186,6 +186,28 @@ def test_list_benchmark_serves_a_backlog_and_reports_page_times(tmp_path: Path) 
     assert "task lists over HTTP at 20,000 tasks" in report.markdown(doc)
 
 
+def test_charts_benchmark_times_the_read_and_the_endpoint_over_http(tmp_path: Path) -> None:
+    # Given a small store of task events (the real run reads a million)
+    cfg = dataclasses.replace(TINY, chart_events=30_000, chart_rounds=1)
+    # When the charts benchmark runs through the harness
+    doc, errors = harness.run(cfg, ["charts"], tmp_path / "work")
+    # Then each window is timed over HTTP from a real node and in-process, with and without
+    # the chart indexes, and the week's read walks the event-time index
+    assert errors == {}
+    costs = doc["charts_ms"]
+    assert costs["events"] == 30_000
+    for window in report.CHART_WINDOWS:
+        assert positive(costs["http"][window]), window
+        assert positive(costs["query_with"][window]) and positive(costs["query_without"][window])
+    assert costs["events_in_window"]["7d"] > costs["events_in_window"]["1h"] > 0
+    assert any("task_event_time" in p for p in doc["details"]["charts"]["plans"]["with"]["7d"])
+    # not a million events: the target is not judged
+    assert doc["targets"]["charts_le_200ms_at_1m"] is None
+    assert "charts (`/api/v1/stats/timeseries`) over HTTP at 30,000 task events" in (
+        report.markdown(doc)
+    )
+
+
 def test_the_home_cluster_benchmark_runs_real_nodes_and_reports_its_ratio(tmp_path: Path) -> None:
     # Given a tiny home-cluster run: 24 I/O-bound tasks on 1 and 3 `fredica serve` nodes
     cfg = dataclasses.replace(TINY, cluster_tasks=24, cluster_rounds=1, cluster_claim_samples=10)

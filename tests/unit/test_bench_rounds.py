@@ -227,3 +227,51 @@ def test_claim_ratios_and_the_1m_target() -> None:
     assert doc["ratios"]["claim_100k_vs_1k"] == 1.2
     assert doc["targets"]["claim_100k_within_1_5x_of_1k"] is True
     assert doc["targets"]["claim_1m_within_1_5x_of_1k"] is False
+
+
+def test_the_postgresql_peers_row_compares_the_store_with_procrastinate_and_pgqueuer() -> None:
+    noop = {
+        "pg_n1": summary_of([6000.0, 5000.0, 5500.0]),
+        "pg_n3": summary_of([7000.0, 6600.0, 6000.0]),
+        "procrastinate_p1": summary_of([300.0, 250.0, 310.0]),
+        "procrastinate_p3": summary_of([400.0, 420.0, 700.0]),
+        "pgqueuer_p1": summary_of([1000.0, 2500.0, 1100.0], config="pgqueuer cfg"),
+        "pgqueuer_p3": summary_of([1200.0, 1300.0, 1250.0]),
+    }
+    doc = report.assemble({"noop": noop}, meta(), {})
+
+    r, low = doc["ratios"], doc["noop_ratio_min"]
+    assert doc["noop_tasks_per_s"]["pgqueuer_p1"] == 1100.0
+    assert r["pg_n1_vs_procrastinate_p1"] == 18.3  # 5500 / 300
+    assert r["pg_n1_vs_pgqueuer_p1"] == 5.0  # 5500 / 1100
+    assert doc["noop_ratio_rounds"]["pg_n1_vs_pgqueuer_p1"] == [6.0, 2.0, 5.0]
+    assert low["pg_n1_vs_pgqueuer_p1"] == 2.0
+    assert r["pg_n3_vs_pgqueuer_p3"] == 5.28  # 6600 / 1250
+    t = doc["targets"]
+    assert t["pg_n1_ge_2x_procrastinate_p1"] is True
+    assert t["pg_n3_ge_2x_procrastinate_p3"] is True
+    assert t["pg_n1_ge_pgqueuer_p1"] is True
+    assert t["pg_n3_ge_pgqueuer_p3"] is True
+
+    text = report.markdown(doc)
+    assert "| 18.3× (min 17.7×) / 15.7× (min 8.57×) | ≥ 2× procrastinate | 1: yes; 3: yes |" in text
+    assert (
+        "| | | pgqueuer 1,100.0 / 1,250.0 | 5× (min 2×) / 5.28× (min 4.8×) | ≥ 1× pgqueuer "
+        "| 1: yes; 3: yes |" in text
+    )
+    assert "| PostgreSQL 1 node / pgqueuer 1 process | 5× | 2× | 6× | 2× | 5× |" in text
+    assert "- **pgqueuer, 1 worker process (max_concurrent_tasks 2)**: pgqueuer cfg." in text
+
+
+def test_a_peer_slower_than_its_target_or_not_run_is_shown_as_such() -> None:
+    noop = {
+        "pg_n1": summary_of([1000.0, 1000.0, 1000.0]),
+        "pgqueuer_p1": summary_of([1200.0, 1100.0, 900.0]),
+    }
+    doc = report.assemble({"noop": noop}, meta(), {})
+    assert doc["targets"]["pg_n1_ge_pgqueuer_p1"] is False
+    assert doc["targets"]["pg_n3_ge_pgqueuer_p3"] is None
+    assert doc["targets"]["pg_n1_ge_2x_procrastinate_p1"] is None
+    text = report.markdown(doc)
+    assert "≥ 1× pgqueuer | 1: **no**; 3: not measured |" in text
+    assert "≥ 2× procrastinate | not measured |" in text
