@@ -4,7 +4,8 @@ tests and the benchmarks.
 A server on a free loopback port (initdb into a temp dir, trust auth, fsync off: the tests need
 a real server, not a durable one; `durable=True` keeps PostgreSQL's defaults for benchmarks),
 and fresh databases in it. As root the server runs as the `postgres` user, because PostgreSQL
-refuses to run as root.
+refuses to run as root. `start_standby` adds a streaming replica of a running server (for the
+failover test: stop the primary, `promote` the standby).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import psycopg
@@ -47,6 +49,12 @@ class PgServer:
         self.port = free_port()
         self._names = itertools.count(1)
         self._as_root = os.geteuid() == 0
+        # the standby's walreceiver connects with this name (`synchronous_standby_names`)
+        self.application_name = f"fredica_standby_{self.port}"
+
+    def _chown_root(self) -> None:
+        if self._as_root:
+            shutil.chown(self.root, "postgres", "postgres")
 
     def _run(self, *argv: str) -> None:
         cmd = [str(self.bindir / argv[0]), *argv[1:]]
@@ -57,15 +65,19 @@ class PgServer:
             raise RuntimeError(f"{' '.join(argv[:2])} failed: {result.stderr or result.stdout}")
 
     def start(self) -> None:
-        if self._as_root:
-            shutil.chown(self.root, "postgres", "postgres")
+        self._chown_root()
         self._run("initdb", "-D", str(self.datadir), "-A", "trust", "-U", "postgres", "-E", "UTF8")
+        # streaming replication from loopback (initdb's pg_hba.conf has this line too; the
+        # standby's walreceiver and pg_basebackup need it)
+        with (self.datadir / "pg_hba.conf").open("a") as hba:
+            hba.write("host    replication     postgres        127.0.0.1/32            trust\n")
         self.start_server()
 
     def start_server(self) -> None:
         """Start the server on its data dir (again, after `stop_server`)."""
         options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1"
         options += " -c max_connections=300"
+        options += " -c wal_level=replica -c max_wal_senders=5 -c max_replication_slots=5"
         if not self.durable:
             options += " -c fsync=off -c full_page_writes=off"
             if not self.crash_safe:
@@ -104,8 +116,84 @@ class PgServer:
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
+    def running(self) -> bool:
+        """Whether a server runs on the data dir (`pg_ctl status`)."""
+        cmd = [str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "status"]
+        if self._as_root:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        return subprocess.run(cmd, capture_output=True, timeout=60).returncode == 0
+
+    # --- a streaming standby ------------------------------------------------------------------
+    def start_standby(self, synchronous: bool = True, timeout: float = 60.0) -> PgServer:
+        """A streaming replica of this (running) server on a port of its own: `pg_basebackup
+        -R -X stream` into a new data dir (with a replication slot on this server), started in
+        hot standby (it answers reads, refuses writes) until `promote`.
+
+        `synchronous`: this server's `synchronous_standby_names` names the standby, so with
+        `synchronous_commit` on (`crash_safe` or `durable`) no commit is acknowledged before the
+        standby has it, and a failover loses no acknowledged commit. It is set after the base
+        backup, so the standby, once promoted, waits for no standby of its own. Returns once the
+        standby streams (and, `synchronous`, is this server's synchronous standby)."""
+        standby = PgServer(durable=self.durable, crash_safe=self.crash_safe)
+        standby._chown_root()
+        slot = standby.application_name
+        self._run(
+            "pg_basebackup",
+            *("-D", str(standby.datadir), "-h", "127.0.0.1", "-p", str(self.port)),
+            *("-U", "postgres", "-R", "-X", "stream", "-c", "fast", "-C", "-S", slot),
+        )
+        # -R wrote standby.signal and a primary_conninfo; this one (the last wins) names the
+        # standby, which is how the primary's synchronous_standby_names recognises it
+        conninfo = f"host=127.0.0.1 port={self.port} user=postgres application_name={slot}"
+        with (standby.datadir / "postgresql.auto.conf").open("a") as conf:
+            conf.write(f"primary_conninfo = '{conninfo}'\nprimary_slot_name = '{slot}'\n")
+        standby.start_server()
+        if synchronous:
+            with psycopg.connect(self.url(), autocommit=True) as conn:
+                conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '\"{slot}\"'")
+                conn.execute("SELECT pg_reload_conf()")
+        wanted = "sync" if synchronous else "async"
+        deadline = time.monotonic() + timeout
+        while standby.replication_state(self) != ("streaming", wanted):
+            if time.monotonic() > deadline:
+                standby.stop()
+                raise RuntimeError(f"the standby on port {standby.port} did not start streaming")
+            time.sleep(0.1)
+        return standby
+
+    def replication_state(self, primary: PgServer) -> tuple[str, str] | None:
+        """(state, sync_state) of this standby in `primary`'s pg_stat_replication, or None."""
+        with psycopg.connect(primary.url(), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT state, sync_state FROM pg_stat_replication WHERE application_name = %s",
+                (self.application_name,),
+            ).fetchone()
+        return (str(row[0]), str(row[1])) if row else None
+
+    def walreceiver_pid(self) -> int:
+        """The standby's walreceiver process (`SIGSTOP` it: the standby falls behind)."""
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            row = conn.execute("SELECT pid FROM pg_stat_wal_receiver").fetchone()
+        if row is None:
+            raise RuntimeError(f"the server on port {self.port} receives no WAL")
+        return int(row[0])
+
+    def in_recovery(self) -> bool:
+        """Whether the server is a standby (`pg_is_in_recovery()`)."""
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+        return bool(row and row[0])
+
+    def promote(self) -> None:
+        """Promote the standby to a primary (`pg_ctl promote`, waiting until it accepts
+        writes)."""
+        self._run("pg_ctl", "-D", str(self.datadir), "-w", "promote")
+
     def stop(self) -> None:
+        """Stop the server (if it runs: it may have been stopped, e.g. a failed-over primary)
+        and remove its files."""
         try:
-            self._run("pg_ctl", "-D", str(self.datadir), "-m", "immediate", "-w", "stop")
+            if self.running():
+                self._run("pg_ctl", "-D", str(self.datadir), "-m", "immediate", "-w", "stop")
         finally:
             shutil.rmtree(self.root, ignore_errors=True)

@@ -70,6 +70,26 @@ def completed(node: ServedNode) -> int:
     return -1 if counts is None else int(counts["completed"])
 
 
+def expect_store_unavailable(nodes: list[ServedNode], asked: ServedNode, pipeline_id: str) -> None:
+    """Every node reports the store unavailable; `asked` answers a call that needs the store
+    with 503 `store_unavailable` (a reason, no traceback), and so does its /healthz."""
+    for node in nodes:
+        wait_until(
+            lambda node=node: status(node)["health"] == "store_unavailable",
+            30,
+            "the node to report the store unavailable",
+        )
+    down = status(asked)
+    assert down["task_counts"] is None and down["store_error"], down
+    with httpx.Client(base_url=asked.url, timeout=15, trust_env=False) as client:
+        r = client.get(f"/api/v1/pipelines/{pipeline_id}")
+        assert r.status_code == 503, r.text
+        assert r.json()["code"] == "store_unavailable", r.text
+        assert "database cannot be reached" in r.json()["error"]
+        health = client.get("/healthz")
+        assert health.status_code == 503 and health.json()["state"] == "store_unavailable"
+
+
 def test_three_nodes_survive_restarts_killed_sessions_and_a_refusing_server(
     cluster: list[ServedNode], server: PgServer, tmp_path: Path
 ) -> None:
@@ -99,21 +119,7 @@ def test_three_nodes_survive_restarts_killed_sessions_and_a_refusing_server(
     server.stop_server("fast")
     try:
         # Then every node says the store is unavailable, and calls that need it answer 503
-        for node in cluster:
-            wait_until(
-                lambda node=node: status(node)["health"] == "store_unavailable",
-                30,
-                "the node to report the store unavailable",
-            )
-        down = status(b)
-        assert down["task_counts"] is None and down["store_error"], down
-        with httpx.Client(base_url=b.url, timeout=15, trust_env=False) as client:
-            r = client.get(f"/api/v1/pipelines/{pipeline_id}")
-            assert r.status_code == 503, r.text
-            assert r.json()["code"] == "store_unavailable", r.text
-            assert "database cannot be reached" in r.json()["error"]
-            health = client.get("/healthz")
-            assert health.status_code == 503 and health.json()["state"] == "store_unavailable"
+        expect_store_unavailable(cluster, b, pipeline_id)
     finally:
         server.start_server()
 
@@ -129,8 +135,21 @@ def test_three_nodes_survive_restarts_killed_sessions_and_a_refusing_server(
     assert pipeline["status"] == "completed" and pipeline["done_tasks"] == TASKS
     # each task's effect ran to its end exactly once, by the attempt and node that completed it
     by_id = {t["id"]: t for t in pipeline["tasks"]}
+    expect_each_effect_once(by_id, log)
+    # the work was shared: every node completed some
+    assert len({t["claimed_by"] for t in by_id.values()}) == 3
+
+
+def store_url(node: ServedNode) -> str:
+    """The `store.url` of the node's worker.yaml."""
+    return node.config.read_text().split('url: "', 1)[1].split('"', 1)[0]
+
+
+def expect_each_effect_once(by_id: dict[str, dict[str, Any]], log: Path) -> None:
+    """Each task's effect started and ended exactly once (never started twice, not even once
+    cut short), the end by the attempt and node the database recorded as completing it."""
     entries = effects(log)
-    for phase in ("start", "end"):  # never started twice, not even once cut short
+    for phase in ("start", "end"):
         runs = Counter(e["task"] for e in entries if e["phase"] == phase)
         assert set(runs) == set(by_id), phase
         twice = [t for t, n in runs.items() if n != 1]
@@ -139,13 +158,6 @@ def test_three_nodes_survive_restarts_killed_sessions_and_a_refusing_server(
         if e["phase"] == "end":
             task = by_id[e["task"]]
             assert (e["attempt"], e["node"]) == (task["attempt"], task["claimed_by"]), e
-    # the work was shared: every node completed some
-    assert len({t["claimed_by"] for t in by_id.values()}) == 3
-
-
-def store_url(node: ServedNode) -> str:
-    """The `store.url` of the node's worker.yaml."""
-    return node.config.read_text().split('url: "', 1)[1].split('"', 1)[0]
 
 
 def _history(entries: list[dict[str, Any]], task_id: str) -> list[tuple[Any, ...]]:
@@ -156,3 +168,34 @@ def _history(entries: list[dict[str, Any]], task_id: str) -> list[tuple[Any, ...
         for e in entries
         if e["task"] == task_id
     ]
+
+
+def test_a_store_opened_before_its_database_is_up_waits_for_it(server: PgServer) -> None:
+    """A node and its database started together: the store waits (up to its connect timeout)
+    for a server that answers only seconds later, longer than one round of the pool's
+    reconnect attempts, instead of failing its start."""
+    import threading
+    import time
+
+    from fredica.store.postgres import CONNECT_TIMEOUT_SEC, RECONNECT_ROUND_SEC, PostgresTaskStore
+
+    url = server.create_database()
+    server.stop_server()
+    later = RECONNECT_ROUND_SEC + 2.0
+    assert later < CONNECT_TIMEOUT_SEC - 2.0
+    starter = threading.Timer(later, server.start_server)
+    began = time.monotonic()
+    starter.start()
+    try:
+        store = PostgresTaskStore(url, "node-late")
+    finally:
+        starter.join()
+    try:
+        assert time.monotonic() - began >= later
+        with psycopg.connect(url) as conn:  # migrated: the store's tables are there
+            row = conn.execute("SELECT to_regclass('task') IS NOT NULL").fetchone()
+        assert row is not None and row[0]
+    finally:
+        import asyncio
+
+        asyncio.run(store.close())

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
@@ -43,7 +44,14 @@ MIGRATION_LOCK = 7_463_102_001  # pg_advisory_lock key: nodes starting together 
 CONNECT_TIMEOUT_SEC = 10.0  # seconds a node waits for the database when it starts
 POOL_WAIT_SEC = 3.0  # seconds an operation waits for a connection before `StoreUnavailable`
 DIAL_TIMEOUT_SEC = 3  # seconds one connection attempt may take (an unreachable host)
-RECONNECT_FOREVER_SEC = 10.0 * 365 * 24 * 3600  # the pool never gives up reconnecting
+# psycopg_pool doubles the delay between the attempts to replace a lost connection without
+# bound (1 s, 2 s, 4 s, ...): after an outage of N s its next attempt could come N s after the
+# database is back (a standby promoted a minute after the primary died: a minute more). So a
+# round of attempts (after 1, 3 and 4 s) gives up after RECONNECT_ROUND_SEC; the pool shrinks,
+# and the next operation that needs a connection (a heartbeat, every heartbeat_interval_sec)
+# grows it again with a fresh round: it keeps trying for as long as it takes, never more than
+# 2 s apart.
+RECONNECT_ROUND_SEC = 4.0
 LISTEN_POLL_SEC = 0.5  # seconds between checks of the stop flag while listening
 LISTEN_RETRY_SEC = 1.0  # seconds before the listener reconnects after losing its connection
 
@@ -126,16 +134,33 @@ def describe_url(url: str) -> str:
         info = psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError:
         return "(an invalid postgresql:// URL)"
-    host = info.get("host") or "localhost"
-    port = info.get("port") or "5432"
+    hosts = str(info.get("host") or "localhost").split(",")
+    ports = str(info.get("port") or "5432").split(",")
+    if len(ports) == 1:  # one port for every host (libpq's rule)
+        ports = ports * len(hosts)
+    pairs = zip(hosts, ports, strict=False)
+    where = ",".join(f"{h or 'localhost'}:{p or '5432'}" for h, p in pairs)
     user = f"{info['user']}@" if info.get("user") else ""
-    return f"{user}{host}:{port}/{info.get('dbname') or ''}"
+    return f"{user}{where}/{info.get('dbname') or ''}"
 
 
 _NO_MOVES = (
     "pipelines do not change owner on PostgreSQL: the database owns every row, and a node that "
     "sleeps holds nothing the others wait for"
 )
+
+
+def _wait_for_database(url: str, timeout: float) -> None:
+    """Return once the database accepts a connection; its last error after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            psycopg.connect(url, connect_timeout=DIAL_TIMEOUT_SEC).close()
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.25)
 
 
 class PostgresTaskStore(SQLStore):
@@ -167,9 +192,12 @@ class PostgresTaskStore(SQLStore):
             open=False,
             name=f"fredica-{node_id}",
             timeout=POOL_WAIT_SEC,
-            reconnect_timeout=RECONNECT_FOREVER_SEC,
+            reconnect_timeout=RECONNECT_ROUND_SEC,
         )
         try:
+            # a round of the pool's attempts lasts RECONNECT_ROUND_SEC: a database that comes
+            # up later (the node and the server started together) is waited for here first
+            _wait_for_database(url, CONNECT_TIMEOUT_SEC)
             self._db.open(wait=True, timeout=CONNECT_TIMEOUT_SEC)
             self._migrate()
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
