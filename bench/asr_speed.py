@@ -6,7 +6,8 @@ user would otherwise pick on one machine, faster-whisper's `BatchedInferencePipe
     python -m bench.asr_speed --minutes 10 --rounds 3 --chunk 60
 
 Same file (a generated English talk, espeak-ng, repeated to the length, with its reference
-text), same model (the packaged tiny.en, int8 on CPU), same machine, one process after the
+text), same model (the packaged tiny.en in the pipeline's default compute type,
+`transcribe.default_compute_type`: float32 on the CPU), same machine, one process after the
 other. Rounds alternate the order (round 1 fredica, batched, plain; round 2 reversed; ...), so
 slow drift of a shared machine favours no system; each system's wall time and WER are medians
 over rounds. The peers load the model once before the rounds (load timed apart) and use

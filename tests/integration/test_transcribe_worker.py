@@ -14,7 +14,7 @@ import pytest
 from bench import talks
 
 from fredica.domain import errors
-from fredica.executors import inference_worker, transcribe
+from fredica.executors import inference_worker, tasklog, transcribe
 from fredica.executors.context import TaskContext
 from tests.media_support import make_context, require_media_tools
 
@@ -68,6 +68,33 @@ async def test_consecutive_tasks_share_one_worker_and_one_model_load(
     assert first["model_load_sec"] > 0.1 and second["model_load_sec"] < 0.05  # loaded once
     assert second["text"] == first["text"]
     assert talks.word_error_rate(reference, second["text"]) < 0.25
+
+
+async def test_what_the_worker_logs_goes_to_the_log_of_the_task_it_runs_for(
+    tmp_path: Path, speech: tuple[Path, str], pool: Any
+) -> None:
+    wav, _ = speech
+    logs = []
+    for _ in range(2):
+        ctx = await _ctx(tmp_path, wav)
+        log = tasklog.attempt_log(tmp_path / "data", ctx.task.id, 1)
+
+        async def attempt(ctx: TaskContext = ctx, log: tasklog.TaskLog = log) -> dict[str, Any]:
+            tasklog.bind(log)  # as the engine does for an attempt (its own context)
+            return await _run(ctx)
+
+        result = await asyncio.create_task(attempt())
+        assert log.path is not None
+        logs.append((result["worker_pid"], log.path.read_text()))
+    (pid, first), (again, second) = logs
+    assert pid == again
+    # which worker took the task, and faster-whisper's own records from inside that worker
+    assert f"inference worker {pid} for " in first and "(its job 1)" in first
+    assert "(its job 2)" in second
+    for text in (first, second):
+        assert f"[worker {pid}] info faster_whisper: Processing audio with duration" in text
+    # the second task's log has its own lines only
+    assert second.count("Processing audio with duration") == 1
 
 
 async def test_the_vad_runs_in_a_worker_that_the_chunks_then_take_over(

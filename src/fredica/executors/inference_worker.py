@@ -19,6 +19,10 @@ Task signals stay real:
   most MAX_WORKERS stay resident (the least recently used idle one leaves first).
 Workers die with the node: they are daemonic and ask the kernel for SIGKILL when their parent
 dies (Linux PR_SET_PDEATHSIG).
+
+What a job logs (the `logging` records of the worker process at INFO and above: faster-whisper's
+and fredica's) goes to the log of the task it runs for, each line marked with the worker's pid,
+after a line saying which worker took the job and how many it had run before.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable, Hashable
@@ -38,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fredica.domain import errors, models
-from fredica.executors import process
+from fredica.executors import process, tasklog
 from fredica.executors.control import TaskControl
 
 logger = logging.getLogger(__name__)
@@ -60,9 +65,11 @@ class WorkerReporter:
         self._resume = resume
         self._cancel = cancel
         self.job = 0
+        self._sending = threading.Lock()  # a job's threads may log while it reports
 
     def send(self, message: dict[str, Any]) -> None:
-        self._conn.send({**message, "job": self.job})
+        with self._sending:
+            self._conn.send({**message, "job": self.job})
 
     def progress(self, pct: float, note: str | None = None) -> None:
         self.send({"type": "progress", "pct": pct, "note": note})
@@ -116,12 +123,31 @@ def _error_message(exc: BaseException) -> dict[str, Any]:
     }
 
 
+class _ToTaskLog(logging.Handler):
+    """The worker's side of the task log: each record goes to the parent as a `log` message
+    of the current job (the parent writes it to that task's log)."""
+
+    def __init__(self, reporter: WorkerReporter) -> None:
+        super().__init__(logging.INFO)
+        self._reporter = reporter
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = f"{record.levelname.lower()} {record.name}: {record.getMessage()}"
+            self._reporter.send({"type": "log", "line": line})
+        except Exception:  # a log line must never break the work
+            self.handleError(record)
+
+
 def _worker_main(conn: Any, resume: Any, cancel: Any) -> None:
     """The worker process: run jobs until told to stop (None) or the pipe closes."""
     with contextlib.suppress(OSError):
         os.setsid()  # own process group: pause reaches anything a job starts
     _die_with_parent()
     reporter = WorkerReporter(conn, resume, cancel)
+    root = logging.getLogger()
+    root.addHandler(_ToTaskLog(reporter))
+    root.setLevel(logging.INFO)
     while True:
         try:
             job = conn.recv()
@@ -273,6 +299,10 @@ class InferencePool:
             (worker.resume.clear if paused else worker.resume.set)()
 
         remove_hook = control.add_pause_hook(on_pause)
+        log = tasklog.current()
+        if log is not None:
+            nth = worker.jobs + 1
+            log.line(f"inference worker {pid} for {worker.key} runs this task (its job {nth})")
         try:
             self._send(worker, fn, spec)
             while True:
@@ -285,6 +315,8 @@ class InferencePool:
                 kind = msg.get("type")
                 if kind == "progress" and on_progress is not None:
                     on_progress(float(msg.get("pct") or 0), msg.get("note"))
+                elif kind == "log" and log is not None:
+                    log.line(f"[worker {pid}] {msg.get('line')}")
                 elif kind == "pause_request":
                     control.request_pause(str(msg.get("reason") or "requested by task"))
                 elif kind == "resume_request":

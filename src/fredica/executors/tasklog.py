@@ -226,6 +226,11 @@ _install_lock = threading.Lock()
 _target = logging.getLogger(_LOGGER)
 
 
+def current() -> TaskLog | None:
+    """The log of the attempt running in the current context (None outside an attempt)."""
+    return _current.get()
+
+
 def bind(log: TaskLog) -> None:
     """Send the `fredica.*` records of the current context (an attempt's asyncio task, and the
     threads and tasks it starts, which copy its context) to `log`."""
