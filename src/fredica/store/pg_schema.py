@@ -8,7 +8,7 @@ no counter row every writer would queue on, and `ord` columns keep insertion ord
 
 from __future__ import annotations
 
-from fredica.store.schema import ACTIVE_SQL, CHART_INDEXES, OWNERSHIP_MIGRATION
+from fredica.store.schema import ACTIVE_SQL, CHART_INDEXES, OWNERSHIP_MIGRATION, STRANDED_INDEX
 
 MIGRATIONS: list[str] = [
     # 1: the schema of SQLite migrations 1 and 2
@@ -270,6 +270,8 @@ CREATE INDEX library_file_hash ON library_file (node_id, library, sha256);
 """,
     # 8: SQLite migration 9 (the charts' indexes)
     "".join(f"{create};\n" for _, create in CHART_INDEXES),
+    # 9: SQLite migration 10 (the stranded-task check's partial index)
+    f"{STRANDED_INDEX};\n",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
