@@ -16,6 +16,11 @@ from fredica.store.sqlite import SQLiteTaskStore
 
 from .conftest import claim_one, complete, make_pipeline
 
+ORPHANS = (
+    "SELECT COUNT(*) FROM task_event e WHERE e.task_ord <> 0 "
+    "AND NOT EXISTS (SELECT 1 FROM task t WHERE t.id = e.task_id)"
+)
+
 OLD, NEW, PEER = "node-o", "node-n", "node-p"
 MOVE = {"previous": OLD, "how": "takeover"}
 
@@ -95,6 +100,9 @@ async def test_a_hand_off_carries_the_events_and_demotes_the_old_owner(nodes) ->
     assert await old.demote_pipeline(await new.export_pipeline(pid)) == []  # once
     with pytest.raises(errors.NotFound):
         await old.get_pipeline(pid)
+    # its events left with its tasks: no event that names a task order lacks its task (the
+    # charts' read relies on it, `SQLStore.timeline_rows`)
+    assert await old._read(lambda conn: conn.execute(ORPHANS).fetchone()[0]) == 0
     replica = await old.replica_pipeline(pid)
     assert replica is not None and (replica.owner_id, replica.owner_epoch) == (NEW, 1)
 

@@ -10,6 +10,7 @@ from fredica.domain.models import ErrorType, NewTask, PipelineStatus, TaskStatus
 from fredica.store.base import ClaimFilter, Failure
 
 from .conftest import claim_one, complete, make_pipeline, raw_execute
+from .test_ownership import ORPHANS
 
 S = TaskStatus
 
@@ -110,6 +111,8 @@ async def test_delete_pipeline_removes_its_rows_and_counts_and_leaves_others(
     ):
         params = removed * sql.count("IN (")
         assert raw_execute(kind, target, sql, params)[0][0] == 0
+    # no event that names a task order lacks its task (the charts' read relies on it)
+    assert raw_execute(kind, target, ORPHANS)[0][0] == 0
     counts = await store.count_by_status()
     assert (counts["pending"], counts["completed"], counts["failed"], counts["skipped"]) == (
         2,  # o-x, solo

@@ -702,11 +702,12 @@ class SQLStore(TaskStore):
             "FROM task t WHERE t.created_at < ? AND t.updated_at >= ?"
         )
         # the events of `task_timeline`'s join (those of a task the store holds), without
-        # reading the task row of each: that the task exists is looked up by the event's
-        # `task_ord` first (tasks created together sit together: the lookups of a window
-        # walk the index in order), by its id only when that finds none (the same answer:
-        # the first test implies the second); the row's columns only for the events whose
-        # replay reads them
+        # reading the task row of each. An event written with its task's `task_ord` (not 0)
+        # has its task: a task's ord never changes once numbered, and its events are deleted
+        # with it (`peering.remove_pipeline_rows`, the only place task rows are deleted), so
+        # only an event without one (0: written before its row, or kept by the migration
+        # that numbered the events) is looked up, by its id. The row's columns are read only
+        # for the events whose replay reads them.
         events_sql = (
             "SELECT e.task_id, e.event_type, e.occurred_at, "
             "CASE WHEN e.event_type = 'completed' THEN "
@@ -717,9 +718,7 @@ class SQLStore(TaskStore):
             "(SELECT t.status FROM task t WHERE t.id = e.task_id) END "
             "FROM task_event e "
             f"WHERE e.occurred_at >= ? AND e.occurred_at < ? AND e.event_type IN ({kinds}) "
-            "AND (EXISTS (SELECT 1 FROM task t WHERE t.ord = e.task_ord "
-            "AND t.id || '' = e.task_id) "
-            "OR EXISTS (SELECT 1 FROM task t WHERE t.id = e.task_id)) "
+            "AND (e.task_ord <> 0 OR EXISTS (SELECT 1 FROM task t WHERE t.id = e.task_id)) "
             "ORDER BY e.occurred_at, e.id LIMIT ?"
         )
 
