@@ -26,6 +26,7 @@ from tests.cluster.test_pg_outage import (
     completed,
     expect_each_effect_once,
     expect_store_unavailable,
+    listeners,
     status,
 )
 from tests.e2e.conftest import ServedNode, wait_until
@@ -77,17 +78,6 @@ def cluster(
     url = failover_url(primary, standby, primary.create_database())
     with pg_nodes(tmp_path, CONFIG, url) as nodes:
         yield nodes, url
-
-
-def listeners(server: PgServer, url: str) -> int:
-    """Sessions on `server` whose last statement was the nodes' `LISTEN fredica`."""
-    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
-    with psycopg.connect(server.url(), autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND query = %s",
-            (name, "LISTEN fredica"),
-        ).fetchone()
-    return int(row[0]) if row else 0
 
 
 def sync_waiters(primary: PgServer) -> int:

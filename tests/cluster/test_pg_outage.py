@@ -70,6 +70,17 @@ def completed(node: ServedNode) -> int:
     return -1 if counts is None else int(counts["completed"])
 
 
+def listeners(server: PgServer, url: str) -> int:
+    """Sessions on `server` whose last statement was the nodes' `LISTEN fredica`."""
+    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+    with psycopg.connect(server.url(), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND query = %s",
+            (name, "LISTEN fredica"),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def expect_store_unavailable(nodes: list[ServedNode], asked: ServedNode, pipeline_id: str) -> None:
     """Every node reports the store unavailable; `asked` answers a call that needs the store
     with 503 `store_unavailable` (a reason, no traceback), and so does its /healthz."""
@@ -81,6 +92,12 @@ def expect_store_unavailable(nodes: list[ServedNode], asked: ServedNode, pipelin
         )
     down = status(asked)
     assert down["task_counts"] is None and down["store_error"], down
+    # ... and why: the last connection attempt's own error, not only that the pool waited
+    wait_until(
+        lambda: "the last connection attempt: connection failed" in status(asked)["store_error"],
+        30,
+        "the node to say why the store cannot be reached",
+    )
     with httpx.Client(base_url=asked.url, timeout=15, trust_env=False) as client:
         r = client.get(f"/api/v1/pipelines/{pipeline_id}")
         assert r.status_code == 503, r.text
@@ -112,6 +129,8 @@ def test_three_nodes_survive_restarts_killed_sessions_and_a_refusing_server(
     server.stop_server("immediate")
     server.start_server()
     past(200)
+    # every node back on the restarted server (its LISTEN connection reconnects within ~1 s)
+    wait_until(lambda: listeners(server, store_url(a)) >= 3, 30, "every node listening again")
     assert server.terminate_backends(database) >= 3  # every node had sessions
 
     # ... and then refuses connections for a while (stopped: its port is closed)

@@ -180,8 +180,12 @@ class PostgresTaskStore(SQLStore):
         self.url = url
         self._stop = threading.Event()
         self._listener: threading.Thread | None = None
+        # why the last attempt to connect failed: a pool that has no connection to give
+        # says only that it waited, and a node should say why (refused, read-only standby)
+        self.last_dial_error: str | None = None
         self._db = psycopg_pool.ConnectionPool(
             url,
+            connection_class=_dialer(self),
             min_size=1,
             max_size=pool_size,
             kwargs={
@@ -265,6 +269,12 @@ class PostgresTaskStore(SQLStore):
     def _is_full(self, exc: BaseException) -> bool:
         return isinstance(exc, pg_errors.DiskFull)
 
+    def _error_text(self, exc: BaseException) -> str:
+        text = super()._error_text(exc)
+        if isinstance(exc, psycopg_pool.PoolTimeout) and self.last_dial_error:
+            return f"{text}; the last connection attempt: {self.last_dial_error}"
+        return text
+
     def _is_unavailable(self, exc: BaseException) -> bool:
         # a lost or refused connection, no connection from the pool in time, a server that
         # is shutting down or starting, a standby that refuses writes until it is promoted
@@ -338,6 +348,24 @@ class PostgresTaskStore(SQLStore):
                     logger.info("schema migrated to %d", version, extra={"action": "migrate"})
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+
+
+def _dialer(store: PostgresTaskStore) -> type[psycopg.Connection[Any]]:
+    """The pool's connection class: connects as psycopg does, and keeps on `store` why the
+    last attempt failed (cleared by the next one that succeeds)."""
+
+    class _Dial(psycopg.Connection[Any]):
+        @classmethod
+        def connect(cls, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+            try:
+                conn = super().connect(*args, **kwargs)
+            except psycopg.Error as exc:
+                store.last_dial_error = _first_line(exc)
+                raise
+            store.last_dial_error = None
+            return conn
+
+    return _Dial
 
 
 def _first_line(exc: BaseException) -> str:

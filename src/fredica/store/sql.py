@@ -291,8 +291,12 @@ class SQLStore(TaskStore):
             return result
         raise errors.StoreError("unreachable")  # pragma: no cover
 
+    def _error_text(self, exc: BaseException) -> str:
+        """What a driver error says, in one line (for the store's errors and its log)."""
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
     def _store_error(self, exc: BaseException) -> errors.StoreError:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = self._error_text(exc)
         if self._is_unavailable(exc) and not self._is_full(exc):
             if self.degraded != UNAVAILABLE:
                 self.degraded = UNAVAILABLE
