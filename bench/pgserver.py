@@ -35,7 +35,9 @@ def bindir() -> Path | None:
 class PgServer:
     """A PostgreSQL cluster in a temp dir, listening on 127.0.0.1:`port`."""
 
-    def __init__(self, durable: bool = False, crash_safe: bool = False) -> None:
+    def __init__(
+        self, durable: bool = False, crash_safe: bool = False, stats: bool = False
+    ) -> None:
         found = bindir()
         if found is None:
             raise RuntimeError(f"PostgreSQL is not installed: {SETUP}")
@@ -44,6 +46,11 @@ class PgServer:
         # a crash of the server process (`stop_server("immediate")`) keeps every commit it
         # acknowledged (synchronous_commit on), while fsync stays off (the OS keeps the WAL)
         self.crash_safe = crash_safe
+        # `pg_stat_statements` preloaded, and created in every database `create_database`
+        # makes (the claim benchmark reads per-statement costs from it)
+        self.stats = stats
+        if stats:
+            self._check_stats_extension()
         self.root = Path(tempfile.mkdtemp(prefix="fredica-pg-"))
         self.datadir = self.root / "data"
         self.port = free_port()
@@ -51,6 +58,26 @@ class PgServer:
         self._as_root = os.geteuid() == 0
         # the standby's walreceiver connects with this name (`synchronous_standby_names`)
         self.application_name = f"fredica_standby_{self.port}"
+
+    def _check_stats_extension(self) -> None:
+        """Refuse `stats=True` when Debian's package lacks `pg_stat_statements` (its library
+        and its control file)."""
+        pg_config = self.bindir / "pg_config"
+        lib = share = None
+        if pg_config.exists():
+            run = subprocess.run
+            lib = run([str(pg_config), "--pkglibdir"], capture_output=True, text=True).stdout
+            share = run([str(pg_config), "--sharedir"], capture_output=True, text=True).stdout
+        lib_dir = Path(lib.strip()) if lib else self.bindir.parent / "lib"
+        version = self.bindir.parent.name  # /usr/lib/postgresql/<version>/bin
+        share_dir = Path(share.strip()) if share else Path("/usr/share/postgresql") / version
+        wanted = [
+            lib_dir / "pg_stat_statements.so",
+            share_dir / "extension" / "pg_stat_statements.control",
+        ]
+        missing = [str(path) for path in wanted if not path.exists()]
+        if missing:
+            raise RuntimeError(f"pg_stat_statements is not installed: no {', '.join(missing)}")
 
     def _chown_root(self) -> None:
         if self._as_root:
@@ -82,6 +109,8 @@ class PgServer:
             options += " -c fsync=off -c full_page_writes=off"
             if not self.crash_safe:
                 options += " -c synchronous_commit=off"
+        if self.stats:
+            options += " -c shared_preload_libraries=pg_stat_statements"
         log = str(self.root / "server.log")
         self._run("pg_ctl", "-D", str(self.datadir), "-o", options, "-l", log, "-w", "start")
 
@@ -108,6 +137,9 @@ class PgServer:
         name = f"t{next(self._names)}_{os.getpid()}"
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
+        if self.stats:
+            with psycopg.connect(self.url(name), autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         return self.url(name)
 
     def drop_database(self, url: str) -> None:

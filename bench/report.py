@@ -462,6 +462,77 @@ def _rounds_section(doc: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _cell(sql: str, width: int = 160) -> str:
+    text = sql if len(sql) <= width else sql[: width - 1] + "…"
+    return "`" + text.replace("|", "\\|").replace("`", "'") + "`"
+
+
+def pg_hot_path_lines(doc: dict[str, Any]) -> list[str]:
+    """The "PostgreSQL hot path" section: pg_stat_statements of a batch of claims and
+    completions on the largest backlog, and EXPLAIN (ANALYZE, BUFFERS) of their statements."""
+    hot = _get(doc["details"].get("claim_pg"), "hot_path")
+    if not hot:
+        return []
+    batch = hot.get("batch") or {}
+    seq = hot.get("seq_scans") or []
+    lines = [
+        "",
+        f"## PostgreSQL hot path ({hot.get('backlog')} pending)",
+        "",
+        f"`pg_stat_statements` reset, then {batch.get('claims')} claims (limit 1, start) + "
+        f"completions (claim + complete {_fmt(batch.get('claim_complete_ms'), ' ms', 3)} mean, "
+        f"claim only {_fmt(batch.get('claim_only_ms'), ' ms', 3)}) on the largest backlog; the "
+        "top statements by total execution time (server-side time only: no network, no "
+        "client):",
+        "",
+        "| mean ms | calls | total ms | rows | shared hit | shared read | statement |",
+        "|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for st in hot.get("statements") or []:
+        lines.append(
+            f"| {st['mean_ms']} | {st['calls']} | {st['total_ms']} | {st['rows']} | "
+            f"{st['shared_blks_hit']} | {st['shared_blks_read']} | {_cell(st['query'])} |"
+        )
+    listed = hot.get("statements") or []
+    claims = batch.get("claims") or 0
+    if listed and claims:
+        server_ms = sum(st["total_ms"] for st in listed) / claims
+        calls = sum(st["calls"] for st in listed) / claims
+        lines += [
+            "",
+            f"Per claim + completion the statements listed ran {calls:.1f} times for "
+            f"{server_ms:.3f} ms of server execution, of "
+            f"{_fmt(batch.get('claim_complete_ms'), ' ms', 3)} the client measured: the rest "
+            "is outside the listed statements' execution (round trips, the connection pool, "
+            "BEGIN/COMMIT and the commit's WAL flush).",
+        ]
+    plans: dict[str, Any] = hot.get("plans") or {}
+    lines += [
+        "",
+        "`EXPLAIN (ANALYZE, BUFFERS)` of each table statement one more claim + completion ran "
+        "(the store's own SQL and parameters, run first inside a savepoint rolled back); "
+        + (
+            "**sequential scans of `task`: " + "; ".join(seq) + "**"
+            if seq
+            else "none scans `task` sequentially."
+        ),
+    ]
+    claim_sql, completion_sql = hot.get("claim_sql"), hot.get("completion_sql")
+    order = [q for q in (claim_sql, completion_sql) if q in plans]
+    order += [q for q in plans if q not in order]
+    for sql in order:
+        title = "claim" if sql == claim_sql else "completion" if sql == completion_sql else None
+        lines += [
+            "",
+            (f"**{title}**: " if title else "") + _cell(sql, 300),
+            "",
+            "```",
+            *plans[sql]["plan"],
+            "```",
+        ]
+    return lines
+
+
 def markdown(doc: dict[str, Any]) -> str:
     m = doc["meta"]
     mach = m["machine"]
@@ -623,6 +694,7 @@ def markdown(doc: dict[str, Any]) -> str:
         ]
         for sql, plan in plans["plans"].items():
             lines += [f"- `{sql[:160]}`", *(f"  - {line}" for line in plan)]
+    lines += pg_hot_path_lines(doc)
     lines += list_lines(doc)
     if doc["errors"]:
         lines += ["", "## Errors", ""]

@@ -98,6 +98,19 @@ def test_fredica_benchmarks_write_results_of_the_documented_shape(tmp_path: Path
     assert doc["details"]["claim"]["sizes"]["1k"]["pending"] == 1_000
     assert positive(doc["claim_pg_ms"]["500"]) and positive(doc["claim_pg_ms"]["1k"])
     assert doc["details"]["claim_pg"]["sizes"]["1k"]["pending"] == 1_000
+    # the PostgreSQL hot path: pg_stat_statements of a batch on the largest backlog, and
+    # EXPLAIN (ANALYZE, BUFFERS) of the claim and the completion the store really ran
+    hot = doc["details"]["claim_pg"]["hot_path"]
+    assert hot["backlog"] == "1k" and hot["batch"]["claims"] >= 1
+    statements = hot["statements"]
+    assert statements and all(st["calls"] >= 1 and st["mean_ms"] >= 0 for st in statements)
+    assert any("SKIP LOCKED" in st["query"] for st in statements)
+    assert "SKIP LOCKED" in hot["claim_sql"]
+    assert "status = 'completed'" in hot["completion_sql"]
+    claim_plan = "\n".join(hot["plans"][hot["claim_sql"]]["plan"])
+    assert "LockRows" in claim_plan and "Buffers: shared" in claim_plan
+    assert "actual time" in "\n".join(hot["plans"][hot["completion_sql"]]["plan"])
+    assert hot["seq_scans"] == []
 
     # idle latency: both modes sampled
     latency = doc["idle_latency_ms"]
@@ -129,6 +142,7 @@ def test_fredica_benchmarks_write_results_of_the_documented_shape(tmp_path: Path
     markdown = md_path.read_text()
     assert "| CPU |" in markdown and "## Results" in markdown and "task_ready" in markdown
     assert "## No-op throughput by round" in markdown
+    assert "## PostgreSQL hot path (1k pending)" in markdown and "LockRows" in markdown
     assert "| PostgreSQL 3 nodes / 1 node |" in markdown
     assert f"Round 1 order: {', '.join(RUN_KEYS)}." in markdown
     assert set(doc["meta"]["benchmark_elapsed_s"]) == {
