@@ -169,6 +169,10 @@ def noop_systems(
             systems[f"pgqueuer_p{procs}"] = functools.partial(
                 _pgqueuer_noop, pg, procs=procs, n=n, deadline=deadline
             )
+        # pgqueuer as `pgq run` starts it (a batch of 10, no cap on jobs in flight)
+        systems["pgqueuer_default_p1"] = functools.partial(
+            _pgqueuer_noop, pg, procs=1, n=n, deadline=deadline, concurrency=None
+        )
     return systems
 
 
@@ -179,9 +183,14 @@ def _procrastinate_noop(
 
 
 def _pgqueuer_noop(
-    pg: pgserver.PgServer, work: Path, procs: int, n: int, deadline: float
+    pg: pgserver.PgServer,
+    work: Path,
+    procs: int,
+    n: int,
+    deadline: float,
+    concurrency: int | None = 2,
 ) -> dict[str, Any]:
-    return pg_peers.run_pgqueuer(pg, work, n, procs, 2, deadline)
+    return pg_peers.run_pgqueuer(pg, work, n, procs, concurrency, deadline)
 
 
 def _fredica_noop(work: Path, n: int, size: int, workers: int, deadline: float) -> dict[str, Any]:

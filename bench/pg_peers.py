@@ -28,6 +28,7 @@ from bench.pgserver import PgServer
 from bench.util import throughput_result
 
 BATCH = 1000  # jobs per batch_defer / enqueue call (fredica's bench creates pipelines of 1000)
+DEFAULT_PGQ_BATCH = 10  # `pgq run`'s --batch-size default (pgqueuer 1.6)
 _CLOCK = "SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8"  # the database's clock
 
 
@@ -71,7 +72,12 @@ def _succeeded(url: str) -> tuple[int, float | None]:
 
 
 def run_procrastinate(
-    server: PgServer, work: Path, n_tasks: int, procs: int, concurrency: int, deadline_s: float
+    server: PgServer,
+    work: Path,
+    n_tasks: int,
+    procs: int,
+    concurrency: int | None,
+    deadline_s: float,
 ) -> dict[str, Any]:
     """`procs` worker processes (`worker --concurrency C`, LISTEN/NOTIFY on) on a fresh
     database; the producer defers `n_tasks` no-op jobs in batches of BATCH."""
@@ -172,24 +178,32 @@ async def _pgq_enqueue(url: str, n_tasks: int) -> tuple[float, float]:
 
 
 def run_pgqueuer(
-    server: PgServer, work: Path, n_tasks: int, procs: int, concurrency: int, deadline_s: float
+    server: PgServer,
+    work: Path,
+    n_tasks: int,
+    procs: int,
+    concurrency: int | None,
+    deadline_s: float,
 ) -> dict[str, Any]:
     """`procs` worker processes (`pgqueuer.run` with max_concurrent_tasks C and batch size
-    C // 2: the cap must be at least twice the batch) on a fresh database; the producer
-    enqueues `n_tasks` no-op jobs in batches of BATCH."""
+    C // 2: the cap must be at least twice the batch; C None: pgqueuer's own defaults, a
+    batch of 10 and no cap) on a fresh database; the producer enqueues `n_tasks` no-op jobs in
+    batches of BATCH."""
     try:
         import asyncpg  # noqa: F401  (the driver of the workers and the producer)
         import pgqueuer  # noqa: F401
     except ImportError as exc:
         raise PeerUnavailable(f"{exc}; install the peers with pip install -e '.[bench]'") from exc
-    batch = max(1, concurrency // 2)
+    batch = DEFAULT_PGQ_BATCH if concurrency is None else max(1, concurrency // 2)
     work.mkdir(parents=True, exist_ok=True)
     url = server.create_database()
     children: list[Child] = []
     try:
         asyncio.run(_pgq_install(url))
         argv = [sys.executable, "-m", "bench.pgqueuer_app"]
-        argv += ["--batch-size", str(batch), "--max-concurrent-tasks", str(concurrency)]
+        argv += ["--batch-size", str(batch)]
+        if concurrency is not None:
+            argv += ["--max-concurrent-tasks", str(concurrency)]
         ready = [work / f"worker{i}.ready" for i in range(procs)]
         for path in ready:
             path.unlink(missing_ok=True)
@@ -205,11 +219,12 @@ def run_pgqueuer(
         for child in children:
             child.stop(signal.SIGTERM)
         server.drop_database(url)
+    cap = concurrency if concurrency is not None else "unset (its default)"
     result["config"] = (
         f"pgqueuer {version('pgqueuer')} on the same PostgreSQL server (fresh database, fsync "
         f"on, synchronous_commit on, schema of `pgq install`: durability durable, every table "
         f"logged), {procs} worker process(es) of `pgqueuer.run` (what `pgq run` does) with "
-        f"batch_size {batch}, max_concurrent_tasks {concurrency} (a QueueManager on one "
+        f"batch_size {batch}, max_concurrent_tasks {cap} (a QueueManager on one "
         f"asyncpg connection, LISTEN/NOTIFY on, the default), async entrypoint; producer "
         f"`Queries.enqueue` of {BATCH} jobs per call"
     )

@@ -48,6 +48,7 @@ NOOP_KEYS = (
     "procrastinate_p3",
     "pgqueuer_p1",
     "pgqueuer_p3",
+    "pgqueuer_default_p1",
 )
 #: no-op ratios (numerator, denominator): of the medians, and round by round
 NOOP_RATIOS = {
@@ -63,6 +64,7 @@ NOOP_RATIOS = {
     "pg_n3_vs_procrastinate_p3": ("pg_n3", "procrastinate_p3"),
     "pg_n1_vs_pgqueuer_p1": ("pg_n1", "pgqueuer_p1"),
     "pg_n3_vs_pgqueuer_p3": ("pg_n3", "pgqueuer_p3"),
+    "pg_n1_vs_pgqueuer_default_p1": ("pg_n1", "pgqueuer_default_p1"),
 }
 #: the claim sizes of the issues: always keys (null when not run)
 CLAIM_LABELS = ("1k", "10k", "100k", "1M")
@@ -352,6 +354,7 @@ SYSTEM_NAMES = {
     "procrastinate_p3": "procrastinate, 3 worker processes (concurrency 2 each)",
     "pgqueuer_p1": "pgqueuer, 1 worker process (max_concurrent_tasks 2)",
     "pgqueuer_p3": "pgqueuer, 3 worker processes (max_concurrent_tasks 2 each)",
+    "pgqueuer_default_p1": "pgqueuer, 1 worker process at its defaults (batch 10, no cap)",
 }
 #: the ratios of the rounds table, as it names them
 RATIO_NAMES = {
@@ -367,6 +370,7 @@ RATIO_NAMES = {
     "pg_n3_vs_procrastinate_p3": "PostgreSQL 3 nodes / procrastinate 3 processes",
     "pg_n1_vs_pgqueuer_p1": "PostgreSQL 1 node / pgqueuer 1 process",
     "pg_n3_vs_pgqueuer_p3": "PostgreSQL 3 nodes / pgqueuer 3 processes",
+    "pg_n1_vs_pgqueuer_default_p1": "PostgreSQL 1 node / pgqueuer at its defaults",
 }
 
 
@@ -593,6 +597,9 @@ def markdown(doc: dict[str, Any]) -> str:
         f"| | | pgqueuer {_fmt(t['pgqueuer_p1'])} / {_fmt(t['pgqueuer_p3'])} | "
         f"{_xr(doc, 'pg_n1_vs_pgqueuer_p1')} / {_xr(doc, 'pg_n3_vs_pgqueuer_p3')} | "
         f"≥ 1× pgqueuer | {_met_procs(tg['pg_n1_ge_pgqueuer_p1'], tg['pg_n3_ge_pgqueuer_p3'])} |",
+        f"| | | pgqueuer at its defaults (1 process, batch 10, no cap on jobs in flight) "
+        f"{_fmt(t['pgqueuer_default_p1'])} | {_xr(doc, 'pg_n1_vs_pgqueuer_default_p1')} (1 node) "
+        "| | |",
         f"| claim + complete, PostgreSQL store, ms ({_sizes(doc['claim_pg_ms'])}) | "
         f"{_per_size(doc['claim_pg_ms'])} | | 1M/1k {_x(r['claim_pg_1m_vs_1k'])}; 100k/1k "
         f"{_x(r['claim_pg_100k_vs_1k'])} | | |",
