@@ -308,6 +308,17 @@ def test_a_node_leaves_work_to_a_better_free_node(tmp_path: Path) -> None:
 
         own = get(c, "/cluster/info", secret=True)["scores"]["TEST_EFFECT_AI"]
         wait_until(lambda: b_seen_by_c() > own, 10, "c to learn that b scores higher")
+
+        def c_seen_at() -> float:
+            rows = get(c, "/api/v1/nodes")["nodes"]
+            return float(next(n for n in rows if n["id"] == cluster.ids["c"])["last_seen_at"])
+
+        # ... and its engine's gate too: c's presence loop records c, then refreshes the gate
+        # from the registry; two records after b's score was seen, a refresh has completed
+        # (under a loaded suite a task created at once could reach c's engine first)
+        for _ in range(2):
+            seen = c_seen_at()
+            wait_until(lambda seen=seen: c_seen_at() > seen, 10, "c's presence loop to run")
         log = tmp_path / "effects.jsonl"
         tasks = [
             {"ref": f"t{i}", "type": "TEST_EFFECT_AI", "payload": {"effect_log": str(log)}}
