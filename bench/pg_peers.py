@@ -62,13 +62,19 @@ def _await_done(
     return throughput_result(n_tasks, completed, completed >= n_tasks, t0, t_created, last)
 
 
-def _succeeded(url: str) -> tuple[int, float | None]:
+def _finished(url: str, sql: str) -> tuple[int, float | None]:
+    """(jobs finished, the database time of the last) by a peer's own bookkeeping `sql`."""
     with psycopg.connect(url) as conn:
-        row = conn.execute(
-            "SELECT COUNT(*), EXTRACT(EPOCH FROM MAX(at))::float8 FROM procrastinate_events"
-            " WHERE type = 'succeeded'"
-        ).fetchone()
+        row = conn.execute(sql).fetchone()
     return (int(row[0]), row[1]) if row else (0, None)
+
+
+def _succeeded(url: str) -> tuple[int, float | None]:
+    return _finished(
+        url,
+        "SELECT COUNT(*), EXTRACT(EPOCH FROM MAX(at))::float8 FROM procrastinate_events"
+        " WHERE type = 'succeeded'",
+    )
 
 
 def run_procrastinate(
@@ -138,12 +144,11 @@ def _wait_workers(url: str, children: list[Child], procs: int) -> None:
 
 # --- pgqueuer ----------------------------------------------------------------------------------
 def _pgq_successful(url: str) -> tuple[int, float | None]:
-    with psycopg.connect(url) as conn:
-        row = conn.execute(
-            "SELECT COUNT(*), EXTRACT(EPOCH FROM MAX(created))::float8 FROM pgqueuer_log"
-            " WHERE status = 'successful'"
-        ).fetchone()
-    return (int(row[0]), row[1]) if row else (0, None)
+    return _finished(
+        url,
+        "SELECT COUNT(*), EXTRACT(EPOCH FROM MAX(created))::float8 FROM pgqueuer_log"
+        " WHERE status = 'successful'",
+    )
 
 
 async def _pgq_install(url: str) -> None:
