@@ -1,6 +1,8 @@
 """The contract suite runs every test against every store implementation (huey's StorageTests
-model): the embedded SQLite file and a real PostgreSQL server. Time is a `ManualClock`: the
-store stamps what it writes with it, so the tests set it instead of sleeping.
+model): the embedded SQLite file, a real PostgreSQL server, and the same server through a
+transaction-mode PgBouncer (the store's pool through the pooler with prepared statements off,
+its `LISTEN` on a direct connection). Time is a `ManualClock`: the store stamps what it writes
+with it, so the tests set it instead of sleeping.
 
 A test that holds for one implementation only overrides `kind` with
 `@pytest.mark.parametrize("kind", ["sqlite"])` and says so in its name."""
@@ -8,14 +10,15 @@ A test that holds for one implementation only overrides `kind` with
 from __future__ import annotations
 
 import itertools
+import os
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from bench.pgserver import PgServer
+from bench.pgserver import PGBOUNCER_SETUP, PgBouncer, PgServer, pgbouncer_binary
 
 from fredica.domain import errors
 from fredica.domain.clock import ManualClock
@@ -25,7 +28,8 @@ from fredica.store.postgres import PostgresTaskStore
 from fredica.store.sqlite import SQLiteTaskStore
 
 NODE = "node-a"
-KINDS = ("sqlite", "postgres")
+KINDS = ("sqlite", "postgres", "pgbouncer")
+PG_KINDS = ("postgres", "pgbouncer")
 
 StoreFactory = Callable[..., TaskStore]
 
@@ -49,6 +53,38 @@ def pg_url(pg_contract_db: str) -> str:
     return f"{pg_contract_db}?options=-csearch_path%3D{name}"
 
 
+# "<PgBouncer's port> <the server's port>": how `open_store` finds a database's direct URL
+# (for `LISTEN`) from its URL through PgBouncer, in this process and the ones it spawns
+BOUNCER_ENV = "FREDICA_TEST_PGBOUNCER_PORTS"
+
+
+@pytest.fixture(scope="session")
+def pg_bouncer(pg_server: PgServer) -> Iterator[PgBouncer]:
+    """A transaction-mode PgBouncer in front of the session's server (at most 4 server
+    connections per database, however many stores connect)."""
+    if pgbouncer_binary() is None:
+        pytest.fail(f"PgBouncer is not installed: {PGBOUNCER_SETUP}")
+    bouncer = PgBouncer(pg_server)
+    bouncer.start()
+    os.environ[BOUNCER_ENV] = f"{bouncer.port} {pg_server.port}"
+    yield bouncer
+    os.environ.pop(BOUNCER_ENV, None)
+    bouncer.stop()
+
+
+def direct_url(url: str) -> str:
+    """The URL through the session's PgBouncer, `url`, made direct to the server."""
+    bouncer, server = os.environ[BOUNCER_ENV].split()
+    return url.replace(f"127.0.0.1:{bouncer}/", f"127.0.0.1:{server}/", 1)
+
+
+@pytest.fixture
+def pgbouncer_url(pg_server: PgServer, pg_bouncer: PgBouncer) -> str:
+    """A fresh database through PgBouncer (a database, not a schema: PgBouncer passes no
+    `options` such as a search_path to the server)."""
+    return pg_bouncer.via(pg_server.create_database())
+
+
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(100.0)
@@ -62,12 +98,18 @@ def kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def target(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     """The database every store of the test opens: a file path or a postgresql:// URL."""
-    return str(tmp_path / "fredica.db") if kind == "sqlite" else request.getfixturevalue("pg_url")
+    if kind == "sqlite":
+        return str(tmp_path / "fredica.db")
+    return str(request.getfixturevalue("pg_url" if kind == "postgres" else "pgbouncer_url"))
 
 
 def open_store(kind: str, target: str, node_id: str, clock: ManualClock) -> TaskStore:
     if kind == "sqlite":
         return SQLiteTaskStore(target, node_id, clock=clock)
+    if kind == "pgbouncer":
+        return PostgresTaskStore(
+            target, node_id, clock=clock, listen_url=direct_url(target), prepare=False
+        )
     return PostgresTaskStore(target, node_id, clock=clock)
 
 

@@ -12,7 +12,7 @@ from fredica.domain.models import NewTask, TaskStatus
 from fredica.domain.spawn import SpawnInput, SpawnPlan
 from fredica.store.base import ClaimFilter, CompletionItem
 
-from .conftest import NODE, claim_one, make_pipeline
+from .conftest import NODE, PG_KINDS, claim_one, make_pipeline
 
 WAIT = 10.0  # seconds: an upper bound, never a sleep
 
@@ -104,7 +104,7 @@ async def test_latest_cursor_then_no_changes_is_an_empty_batch(store) -> None:
     assert (await store.changes_since(NODE, await store.latest_cursor(NODE))).tasks == []
 
 
-@pytest.mark.parametrize("kind", ["postgres"])
+@pytest.mark.parametrize("kind", PG_KINDS)
 async def test_postgres_a_transaction_that_commits_late_is_not_skipped(
     kind, make_store, store
 ) -> None:

@@ -14,7 +14,7 @@ from fredica.domain.models import NewTask, TaskStatus
 from fredica.store.base import ChangeBatch, ClaimFilter, CompletionItem
 from fredica.store.sqlite import SQLiteTaskStore
 
-from .conftest import claim_one, complete, make_pipeline
+from .conftest import PG_KINDS, claim_one, complete, make_pipeline
 
 ORPHANS = (
     "SELECT COUNT(*) FROM task_event e WHERE e.task_ord <> 0 "
@@ -136,7 +136,7 @@ async def test_results_in_the_outbox_follow_the_task_to_its_new_owner(store) -> 
     assert {i.task_id: i.owner_id for i in await store.outbox_list()} == {"t1": NEW, "x9": OLD}
 
 
-@pytest.mark.parametrize("kind", ["postgres"])
+@pytest.mark.parametrize("kind", PG_KINDS)
 async def test_postgres_refuses_to_move_a_pipeline(store) -> None:
     pid = await make_pipeline(store, NewTask("T", id="p1"))
     transfer = await store.export_pipeline(pid)

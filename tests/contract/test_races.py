@@ -22,7 +22,7 @@ from fredica.domain.clock import ManualClock
 from fredica.domain.models import NewPipeline, NewTask, Task
 from fredica.store.base import ClaimFilter, CompletionItem, TaskStore
 
-from .conftest import NODE, open_store
+from .conftest import NODE, PG_KINDS, open_store
 
 StartLine = Any  # a threading or multiprocessing Barrier
 
@@ -188,7 +188,7 @@ async def test_recalculate_during_completions_keeps_exact_counters(make_store, s
     assert (after.status.value, after.done_tasks, after.running_tasks) == ("completed", 120, 0)
 
 
-@pytest.mark.parametrize("kind", ["postgres"])
+@pytest.mark.parametrize("kind", PG_KINDS)
 async def test_postgres_recount_does_not_overwrite_a_concurrent_completion(
     kind, store, target
 ) -> None:

@@ -11,7 +11,7 @@ import pytest
 from fredica.domain.models import NewTask
 from fredica.store.base import ClaimFilter, Signal
 
-from .conftest import make_pipeline
+from .conftest import PG_KINDS, make_pipeline
 
 WAIT = 10.0  # seconds: an upper bound, never a sleep
 
@@ -69,7 +69,7 @@ async def test_a_write_that_changes_no_row_is_silent(kind, store) -> None:
     assert got[mark : mark + 2] == [Signal.CHANGED, Signal.READY]
 
 
-@pytest.mark.parametrize("kind", ["postgres"])
+@pytest.mark.parametrize("kind", PG_KINDS)
 async def test_postgres_listener_hears_work_created_by_another_node(
     kind, make_store, store
 ) -> None:

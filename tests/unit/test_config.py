@@ -200,6 +200,14 @@ def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
          "_runtime.last_shutdown_type: must be '', 'CLEAN' or 'CRASH', got 'DIRTY'"),
         ("capabilities:\n  download:\n    youtube:\n      proxy: 127.0.0.1:7890\n",
          "capabilities.download.youtube.proxy: must be a URL like socks5://127.0.0.1:7890"),
+        ("store:\n  url: mysql://db/x\n",
+         "store.url: must be empty (embedded SQLite) or a postgresql://user@host/db URL, "
+         "got mysql://…"),
+        ("store:\n  url: postgresql://pgbouncer/x\n  listen_url: db:5432\n",
+         "store.listen_url: must be empty (embedded SQLite) or a postgresql://user@host/db "
+         "URL, got 'db:5432'"),
+        ("store:\n  listen_url: postgresql://db/x\n",
+         "store.listen_url: is for a PostgreSQL store: set store.url as well"),
     ],
 )  # fmt: skip
 def test_semantic_checks_name_the_key(tmp_path: Path, text: str, expected: str) -> None:

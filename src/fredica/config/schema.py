@@ -347,14 +347,27 @@ class StoreConfig(sections.Section):
     #: the embedded SQLite store runs in a process of its own (see `store/hosted.py`); false
     #: keeps it on a thread of the node's process
     process: bool = True
+    #: a direct connection to the database for `LISTEN` when `url` is a transaction-mode
+    #: pooler (PgBouncer), which cannot deliver notifications; empty: `url`
+    listen_url: str = ""
+    #: false turns psycopg's prepared statements off: needed behind a transaction-mode
+    #: PgBouncer older than 1.21, or one without `max_prepared_statements`
+    prepared_statements: bool = True
 
     @model_validator(mode="after")
     def _check(self) -> StoreConfig:
-        if self.url and not self.url.startswith(("postgresql://", "postgres://")):
+        for key in ("url", "listen_url"):
+            url = getattr(self, key)
+            if url and not url.startswith(("postgresql://", "postgres://")):
+                shown = url.split("://")[0] + "://…" if "://" in url else repr(url)
+                raise sections.PathError(
+                    (key,),
+                    "must be empty (embedded SQLite) or a postgresql://user@host/db URL, "
+                    f"got {shown}",
+                )
+        if self.listen_url and not self.url:
             raise sections.PathError(
-                ("url",),
-                "must be empty (embedded SQLite) or a postgresql://user@host/db URL, "
-                f"got {self.url.split('://')[0] + '://…' if '://' in self.url else self.url!r}",
+                ("listen_url",), "is for a PostgreSQL store: set store.url as well"
             )
         return self
 

@@ -299,6 +299,10 @@ libraries: []
 # the same PostgreSQL database ($FREDICA_STORE_URL overrides this).
 store:
   url: ""
+  # Behind a transaction-mode PgBouncer: the database's own address for LISTEN, and false
+  # below unless PgBouncer is 1.21 or newer with max_prepared_statements set.
+  # listen_url: "postgresql://user:password@db-host:5432/fredica"
+  # prepared_statements: true
 
 # -- Notifications -------------------------------------------------------------------------------
 # A JSON POST (pipeline id, title, template, status, durations, link) when a pipeline this node

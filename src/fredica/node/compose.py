@@ -33,7 +33,14 @@ def open_store(
     if url:
         from fredica.store import postgres
 
-        return postgres.PostgresTaskStore(url, settings.node_id, clock=clock)
+        pg = settings.config.store if settings.config is not None else None
+        return postgres.PostgresTaskStore(
+            url,
+            settings.node_id,
+            clock=clock,
+            listen_url=pg.listen_url if pg is not None else "",
+            prepare=pg.prepared_statements if pg is not None else True,
+        )
     path = settings.data_dir / DB_FILENAME
     if hostable and settings.store_process:
         from fredica.store import hosted

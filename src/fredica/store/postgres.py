@@ -74,6 +74,13 @@ _RETRYABLE = (
     pg_errors.DeadlockDetected,
     pg_errors.LockNotAvailable,
 )
+# a prepared statement the connection made is gone, or one it makes exists already: the
+# "connection" is a transaction-mode pooler's (PgBouncer before 1.21) handing each transaction
+# to whichever server connection is free
+_LOST_PREPARED = (pg_errors.InvalidSqlStatementName, pg_errors.DuplicatePreparedStatement)
+PREPARED_HINT = (
+    "set store.prepared_statements: false behind a transaction-mode PgBouncer older than 1.21"
+)
 
 
 class StaleConnection(psycopg.OperationalError):
@@ -174,10 +181,17 @@ class PostgresTaskStore(SQLStore):
         node_id: str,
         clock: Clock | None = None,
         pool_size: int = 4,
+        listen_url: str = "",
+        prepare: bool = True,
     ) -> None:
+        """`listen_url`: a direct connection for `LISTEN` when `url` is a transaction-mode
+        pooler ("" = `url`); `prepare=False` turns psycopg's prepared statements off (a
+        transaction-mode PgBouncer before 1.21 loses them between transactions)."""
         # clock=None: the database's clock (production). Tests inject a ManualClock.
         super().__init__(node_id, clock, threads=pool_size)
         self.url = url
+        self.listen_url = listen_url or url
+        self.prepare = prepare
         self._stop = threading.Event()
         self._listener: threading.Thread | None = None
         # why the last attempt to connect failed: a pool that has no connection to give
@@ -192,6 +206,8 @@ class PostgresTaskStore(SQLStore):
                 "autocommit": True,
                 "row_factory": dict_row,
                 "connect_timeout": DIAL_TIMEOUT_SEC,
+                # None: never prepare (psycopg prepares a query run 5 times on a connection)
+                "prepare_threshold": 5 if prepare else None,
             },
             open=False,
             name=f"fredica-{node_id}",
@@ -214,6 +230,8 @@ class PostgresTaskStore(SQLStore):
     @contextlib.contextmanager
     def _connection(self) -> Iterator[Conn]:
         with self._db.connection() as conn:
+            if not self.prepare:
+                conn.prepare_threshold = None  # also on connections opened before it turned off
             yield _PgConn(cast("psycopg.Connection[dict[str, Any]]", conn))
 
     def _begin(self, conn: Conn) -> None:
@@ -240,6 +258,18 @@ class PostgresTaskStore(SQLStore):
 
     def _is_retryable(self, exc: BaseException) -> bool:
         if isinstance(exc, (*_RETRYABLE, StaleConnection)):
+            return True
+        if isinstance(exc, _LOST_PREPARED) and self.prepare:
+            # the transaction failed on its first use of a lost statement and rolled back:
+            # it runs again, and every later one, without prepared statements
+            self.prepare = False
+            logger.warning(
+                "the database lost a prepared statement between transactions (%s): "
+                "prepared statements are off from now on; %s to say so in advance",
+                _first_line(exc),
+                PREPARED_HINT,
+                extra={"action": "pg_prepared_off"},
+            )
             return True
         # two nodes inserting the same idempotency key at once: the loser runs again and
         # finds the winner's task
@@ -273,6 +303,8 @@ class PostgresTaskStore(SQLStore):
         text = super()._error_text(exc)
         if isinstance(exc, psycopg_pool.PoolTimeout) and self.last_dial_error:
             return f"{text}; the last connection attempt: {self.last_dial_error}"
+        if isinstance(exc, _LOST_PREPARED):
+            return f"{text} ({PREPARED_HINT})"
         return text
 
     def _is_unavailable(self, exc: BaseException) -> bool:
@@ -307,7 +339,7 @@ class PostgresTaskStore(SQLStore):
         while not self._stop.is_set():
             try:
                 with psycopg.connect(
-                    self.url, autocommit=True, connect_timeout=DIAL_TIMEOUT_SEC
+                    self.listen_url, autocommit=True, connect_timeout=DIAL_TIMEOUT_SEC
                 ) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     # notifications sent while we were not listening are lost: look once
@@ -329,25 +361,28 @@ class PostgresTaskStore(SQLStore):
 
     # --- migrations -------------------------------------------------------------------------------
     def _migrate(self) -> None:
-        with self._db.connection() as conn:
-            conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
-            try:
-                conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-                row = conn.execute("SELECT MAX(version) AS v FROM schema_version").fetchone()
-                current = int(cast("dict[str, Any]", row)["v"] or 0) if row else 0
-                if current > pg_schema.SCHEMA_VERSION:
-                    raise errors.StoreError(
-                        f"database schema version {current} is newer than this fredica "
-                        f"({pg_schema.SCHEMA_VERSION}); upgrade fredica"
-                    )
-                for version in range(current + 1, pg_schema.SCHEMA_VERSION + 1):
-                    with conn.transaction():
-                        for statement in split_sql(pg_schema.MIGRATIONS[version - 1]):
-                            conn.execute(statement)  # type: ignore[call-overload]
-                        conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
-                    logger.info("schema migrated to %d", version, extra={"action": "migrate"})
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+        """Bring the schema up to this version in one transaction that holds the migration
+        lock (nodes starting together migrate in turn, the later ones find nothing to do): a
+        transaction lock, not a session one, so it holds through a transaction-mode pooler,
+        and a failed migration leaves the schema as it was."""
+        applied: list[int] = []
+        with self._db.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            row = conn.execute("SELECT MAX(version) AS v FROM schema_version").fetchone()
+            current = int(cast("dict[str, Any]", row)["v"] or 0) if row else 0
+            if current > pg_schema.SCHEMA_VERSION:
+                raise errors.StoreError(
+                    f"database schema version {current} is newer than this fredica "
+                    f"({pg_schema.SCHEMA_VERSION}); upgrade fredica"
+                )
+            for version in range(current + 1, pg_schema.SCHEMA_VERSION + 1):
+                for statement in split_sql(pg_schema.MIGRATIONS[version - 1]):
+                    conn.execute(statement)  # type: ignore[call-overload]
+                conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+                applied.append(version)
+        for version in applied:
+            logger.info("schema migrated to %d", version, extra={"action": "migrate"})
 
 
 def _dialer(store: PostgresTaskStore) -> type[psycopg.Connection[Any]]:
