@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
-from bench import noop_plugin
+from bench import noop_plugin, pg_peer_claims
 from bench.backlog import PostgresCloner
 from bench.pgserver import PgServer
 from bench.util import log, rnd, throughput_result
@@ -155,7 +155,8 @@ def noop_on(
 
 def claim_cost(work: Path, sizes: list[int], claims: int) -> dict[str, Any]:
     """`bench.claim_cost` on the PostgreSQL store: one fresh database per backlog size, then
-    the hot path's per-statement costs and plans on the largest backlog (`hot_path`)."""
+    the hot path's per-statement costs and plans on the largest backlog (`hot_path`), then the
+    same claim and completion of procrastinate and pgqueuer on the same server (`peers`)."""
     from bench import claim_cost as cc
 
     server = PgServer(durable=True, stats=True)
@@ -176,6 +177,10 @@ def claim_cost(work: Path, sizes: list[int], claims: int) -> dict[str, Any]:
         log(f"  claim cost: pg_stat_statements and EXPLAIN on {largest} pending; {batch} claims")
         result["hot_path"] = asyncio.run(hot_path(urls[sizes.index(largest)], batch))
         result["hot_path"]["backlog"] = cc.label(largest)
+        for url in urls:
+            server.drop_database(url)  # the peers' backlogs need the room
+        log(f"  claim cost of procrastinate and pgqueuer: sizes {sizes}")
+        result["peers"] = pg_peer_claims.claim_costs(server, sizes, claims)
         return result
     finally:
         server.stop()

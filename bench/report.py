@@ -209,6 +209,11 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
     claim_only = {k: _get(sizes, k, "claim_only_ms") for k in labels}
     pg_sizes = _get(raw.get("claim_pg"), "sizes") or {}
     claim_pg = {k: _get(pg_sizes, k, "claim_complete_ms") for k in labels}
+    peer_sizes = _get(raw.get("claim_pg"), "peers", "sizes") or {}
+    claim_pg_peers = {
+        peer: {k: _get(peer_sizes, peer, k, "claim_complete_ms") for k in labels}
+        for peer in PG_PEERS
+    }
     lat = raw.get("latency") or {}
     latency = {k: lat.get(k) for k in ("p50", "p99", "poll_only_p50", "poll_only_p99")}
     fan = raw.get("fanout") or {}
@@ -280,6 +285,7 @@ def assemble(raw: dict[str, Any], meta: dict[str, Any], errors: dict[str, str]) 
         "claim_ms": claim_ms,
         "claim_only_ms": claim_only,
         "claim_pg_ms": claim_pg,
+        "claim_pg_peers_ms": claim_pg_peers,
         "claim_uses_task_ready_index": _get(raw.get("claim"), "explain", "uses_task_ready_index"),
         "hot_path_full_scans": _get(raw.get("claim"), "query_plans", "full_scans"),
         "idle_latency_ms": latency,
@@ -410,6 +416,33 @@ def _xr(doc: dict[str, Any], name: str) -> str:
     if _rounds_count(doc) > 1 and low is not None:
         text += f" (min {_x(low)})"
     return text
+
+
+PG_PEERS = ("procrastinate", "pgqueuer")
+
+
+def _pg_peer_claim_rows(doc: dict[str, Any]) -> list[str]:
+    """The peers' claim + complete at each backlog (one row each), and fredica's store over
+    theirs size by size (> 1: fredica slower)."""
+    ours = doc.get("claim_pg_ms") or {}
+    rows = []
+    for peer, per_size in (doc.get("claim_pg_peers_ms") or {}).items():
+        over = " / ".join(_x(_ratio(ours.get(k), v)) for k, v in per_size.items())
+        rows.append(f"| | | {peer} {_per_size(per_size)} | fredica / {peer}: {over} | | |")
+    return rows
+
+
+def _pg_peer_claim_config(doc: dict[str, Any]) -> list[str]:
+    """The configuration lines of the peers' claim cost (or why one was not measured)."""
+    peer_claims = _get(doc["details"].get("claim_pg"), "peers") or {}
+    lines = [
+        f"- **claim cost, {peer}** (same server, fresh database per backlog, half the backlog "
+        f"due an hour later): {cfg}."
+        for peer, cfg in (peer_claims.get("config") or {}).items()
+    ]
+    for peer, why in (peer_claims.get("unavailable") or {}).items():
+        lines.append(f"- **claim cost, {peer}**: not measured: {why}.")
+    return lines
 
 
 def _sizes(per_size: dict[str, Any]) -> str:
@@ -603,6 +636,7 @@ def markdown(doc: dict[str, Any]) -> str:
         f"| claim + complete, PostgreSQL store, ms ({_sizes(doc['claim_pg_ms'])}) | "
         f"{_per_size(doc['claim_pg_ms'])} | | 1M/1k {_x(r['claim_pg_1m_vs_1k'])}; 100k/1k "
         f"{_x(r['claim_pg_100k_vs_1k'])} | | |",
+        *_pg_peer_claim_rows(doc),
         f"| idle latency create → start, push wake-up, ms (p50 / p99) | {_fmt(lat['p50'])} / "
         f"{_fmt(lat['p99'])} | | | p50 < 50 ms | {_met(tg['idle_p50_push_lt_50ms'])} |",
         f"| idle latency, poll only, ms (p50 / p99) | {_fmt(lat['poll_only_p50'], '', 0)} / "
@@ -673,6 +707,7 @@ def markdown(doc: dict[str, Any]) -> str:
         cfg = _get(doc["details"].get(key), "config")
         if cfg:
             lines.append(f"- **{name}**: {cfg}.")
+    lines += _pg_peer_claim_config(doc)
     explain = _get(doc["details"].get("claim"), "explain")
     if explain:
         lines += [

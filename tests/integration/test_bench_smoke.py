@@ -98,6 +98,13 @@ def test_fredica_benchmarks_write_results_of_the_documented_shape(tmp_path: Path
     assert doc["details"]["claim"]["sizes"]["1k"]["pending"] == 1_000
     assert positive(doc["claim_pg_ms"]["500"]) and positive(doc["claim_pg_ms"]["1k"])
     assert doc["details"]["claim_pg"]["sizes"]["1k"]["pending"] == 1_000
+    # the PostgreSQL queues' own claim + complete at the same backlogs, or why not (the
+    # peers come with `.[bench]`)
+    peers = doc["details"]["claim_pg"]["peers"]
+    assert set(peers["sizes"]) | set(peers["unavailable"]) == {"procrastinate", "pgqueuer"}
+    for peer, per_size in peers["sizes"].items():
+        assert all(positive(per_size[k]["claim_complete_ms"]) for k in ("500", "1k")), peer
+        assert positive(doc["claim_pg_peers_ms"][peer]["1k"])
     # the PostgreSQL hot path: pg_stat_statements of a batch on the largest backlog, and
     # EXPLAIN (ANALYZE, BUFFERS) of the claim and the completion the store really ran
     hot = doc["details"]["claim_pg"]["hot_path"]
