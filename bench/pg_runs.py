@@ -214,6 +214,7 @@ class _Explainer:
         if label in self.plans or not _EXPLAINABLE.match(sql) or _NO_TABLE.match(sql):
             return
         conn: psycopg.Connection[Any] = pg._conn  # the bench reads, and rolls back
+        pg._read_answers()  # a write transaction's pipeline: its BEGIN answered
         in_tx = conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
         conn.execute(f"SAVEPOINT {_SAVEPOINT}" if in_tx else "BEGIN")
         try:

@@ -90,36 +90,124 @@ class StaleConnection(psycopg.OperationalError):
 
 
 class _PgConn:
-    """A psycopg connection that runs the stores' `?`-style SQL."""
+    """A psycopg connection that runs the stores' `?`-style SQL.
+
+    A write transaction (from `BEGIN` to `COMMIT` or `ROLLBACK`) runs in psycopg's pipeline
+    mode: a statement is sent without waiting for its answer, and the answers are read when a
+    result is first used (a row fetched, a rowcount read) or at `COMMIT`. The statements whose
+    results nobody reads (`BEGIN`, the events inserted, the counters updated, the
+    notifications) then cost no round trip of their own. An error is raised where the answers
+    are read: at a later statement's first use, or at `COMMIT`; the transaction fails as a
+    whole either way."""
 
     def __init__(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
         self._conn = conn
-        self._first = True  # no statement ran on this checkout yet
+        self._first = True  # no answer came from the server on this checkout yet
+        self._pipeline: psycopg.Pipeline | None = None
+        self._pipeline_cm: contextlib.AbstractContextManager[psycopg.Pipeline] | None = None
+        self._unread = 0  # statements sent in the pipeline whose answers were not read yet
 
     @contextlib.contextmanager
-    def _guard(self) -> Iterator[None]:
-        first, self._first = self._first, False
+    def _guard(self, network: bool = True, stale: bool = True) -> Iterator[None]:
+        """Errors of the server's answers. Only an answer read proves the connection alive:
+        an error on the first one (`stale`: where nothing can have been committed) on a
+        connection found broken is a `StaleConnection`."""
+        first = self._first
         try:
             yield
         except psycopg.OperationalError as exc:
-            if first and self._conn.broken and not isinstance(exc, pg_errors.DiskFull):
+            if stale and first and self._conn.broken and not isinstance(exc, pg_errors.DiskFull):
                 raise StaleConnection(_first_line(exc)) from exc
             raise
+        if network:
+            self._first = False
+
+    def _read_answers(self) -> None:
+        """Read every answer the pipeline is owed (one round trip for all of them)."""
+        if self._pipeline is not None and self._unread:
+            with self._guard():
+                self._pipeline.sync()
+            self._unread = 0
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
+        if sql == "BEGIN" and self._pipeline is None:
+            self._pipeline_cm = self._conn.pipeline()
+            self._pipeline = self._pipeline_cm.__enter__()
+        elif sql in ("COMMIT", "ROLLBACK") and self._pipeline is not None:
+            return self._end(sql)
+        if self._pipeline is not None:
+            with self._guard(network=False):
+                cur = self._send(sql, params)
+            self._unread += 1
+            return _Answer(self, cur)
         with self._guard():
-            if params:
-                return self._conn.execute(_convert(sql), params)  # type: ignore[arg-type]
-            return self._conn.execute(sql)  # type: ignore[arg-type]
+            return self._send(sql, params)
+
+    def _send(self, sql: str, params: Sequence[Any]) -> psycopg.Cursor[dict[str, Any]]:
+        if params:
+            return self._conn.execute(_convert(sql), params)  # type: ignore[arg-type]
+        return self._conn.execute(sql)  # type: ignore[arg-type]
+
+    def _end(self, sql: str) -> Cursor:
+        """COMMIT or ROLLBACK, then leave the pipeline, reading every answer: an error of an
+        earlier statement, or of the commit itself, is raised here. Never a `StaleConnection`:
+        a commit sent may have been applied."""
+        pipeline, self._pipeline, self._pipeline_cm = self._pipeline_cm, None, None
+        assert pipeline is not None
+        try:
+            with self._guard(stale=sql == "ROLLBACK"):
+                cur = self._send(sql, ())
+                pipeline.__exit__(None, None, None)
+        except BaseException as exc:
+            with contextlib.suppress(psycopg.Error):
+                pipeline.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        finally:
+            self._unread = 0
+        return cur
 
     def tuples(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        self._read_answers()
         with self._guard(), self._conn.cursor(row_factory=tuple_row) as cur:
             cur.execute(_convert(sql), params)  # type: ignore[arg-type]
             return cur.fetchall()
 
     def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
-        with self._guard(), self._conn.cursor() as cur:
-            cur.executemany(_convert(sql), params)  # type: ignore[arg-type]
+        if self._pipeline is None:
+            with self._guard(), self._conn.cursor() as cur:
+                cur.executemany(_convert(sql), params)  # type: ignore[arg-type]
+            return
+        with self._guard(network=False):
+            # left open: its answers arrive with the next read
+            self._conn.cursor().executemany(_convert(sql), params)  # type: ignore[arg-type]
+        self._unread += 1
+
+
+class _Answer:
+    """The cursor of a statement sent in a pipeline: its answer is read on first use."""
+
+    __slots__ = ("_conn", "_cur")
+
+    def __init__(self, conn: _PgConn, cur: psycopg.Cursor[dict[str, Any]]) -> None:
+        self._conn = conn
+        self._cur = cur
+
+    def _ready(self) -> psycopg.Cursor[dict[str, Any]]:
+        self._conn._read_answers()
+        return self._cur
+
+    @property
+    def rowcount(self) -> int:
+        return self._ready().rowcount
+
+    def fetchone(self) -> Any:
+        return self._ready().fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self._ready().fetchall()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._ready())
 
 
 _CONVERTED: dict[str, str] = {}
