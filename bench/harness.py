@@ -6,7 +6,9 @@ path), claim_pg, latency, fanout, media, list (task and pipeline lists over HTTP
 tasks), charts (the charts' endpoint at a million task events), cluster (I/O-bound
 work on one and three `fredica serve` nodes of a home cluster; the claim round trip over
 HTTP); asr_speed (long-file speech recognition beside faster-whisper's batched and plain
-transcription; only with `--only asr_speed`, it takes minutes). `--full` samples more and
+transcription; only with `--only asr_speed`, it takes minutes); asr_cluster (the same file on
+three served nodes of a home cluster against one, with the projection for three machines;
+only with `--only asr_cluster`). `--full` samples more and
 waits longer. Peers run only inside `noop`, next to fredica, so a ratio never mixes runs:
 `noop` runs every system once per round (`--rounds`, default 3), in alternating order, and
 reports medians over rounds.
@@ -35,6 +37,7 @@ from typing import Any
 
 from bench import (
     api_load,
+    asr_cluster,
     asr_speed,
     chart_cost,
     claim_cost,
@@ -64,8 +67,10 @@ BENCHMARKS = (
     "cluster",
     "api_load",
     "asr_speed",
+    "asr_cluster",
 )
-ON_DEMAND = ("asr_speed",)  # run only when named with --only (minutes of speech recognition)
+# run only when named with --only (minutes of speech recognition)
+ON_DEMAND = ("asr_speed", "asr_cluster")
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ class Config:
     asr_minutes: float = 10.0  # asr_speed: length of the generated English talk
     asr_rounds: int = 3  # asr_speed: alternating rounds (fredica, batched, plain)
     asr_chunk_sec: float = 60.0  # asr_speed: fredica's chunk_duration_sec
+    asr_cluster_rounds: int = 2  # asr_cluster: alternating rounds (1 node, 3 nodes)
 
 
 QUICK = Config()
@@ -299,6 +305,13 @@ def bench_asr_speed(cfg: Config, work: Path) -> dict[str, Any]:
     return doc
 
 
+def bench_asr_cluster(cfg: Config, work: Path) -> dict[str, Any]:
+    log(f"asr_cluster: {cfg.asr_minutes:g} min file on 1 and 3 served nodes")
+    doc = asr_cluster.run(work, cfg.asr_minutes, cfg.asr_cluster_rounds, cfg.asr_chunk_sec)
+    asr_cluster.write(doc)  # bench/results/asr_cluster.{json,md}, quoted in docs/transcription.md
+    return doc
+
+
 def bench_api_load(cfg: Config, work: Path) -> dict[str, Any]:
     return api_load.run(
         work, tasks=cfg.api_load_tasks, clients=cfg.api_load_clients, rounds=cfg.api_load_rounds
@@ -321,6 +334,7 @@ RUNNERS: dict[str, Callable[[Config, Path], dict[str, Any] | None]] = {
     "cluster": bench_cluster,
     "api_load": bench_api_load,
     "asr_speed": bench_asr_speed,
+    "asr_cluster": bench_asr_cluster,
 }
 
 
