@@ -128,17 +128,17 @@ async def _pgqueuer(url: str, size: int, claims: int) -> dict[str, Any]:
 PEERS = {"procrastinate": _procrastinate, "pgqueuer": _pgqueuer}
 
 
-def _config() -> dict[str, str]:
-    return {
-        "procrastinate": (
+def _config(peer: str) -> str:
+    """How `peer` was driven, with its installed version (only called for a peer that is)."""
+    if peer == "procrastinate":
+        return (
             f"procrastinate {version('procrastinate')}: JobManager.fetch_job + finish_job "
             "(succeeded, kept), async psycopg connector; backlog by batch_defer_async"
-        ),
-        "pgqueuer": (
-            f"pgqueuer {version('pgqueuer')}: Queries.dequeue(batch_size=1) + log_jobs "
-            "(successful), one asyncpg connection; backlog by Queries.enqueue"
-        ),
-    }
+        )
+    return (
+        f"pgqueuer {version('pgqueuer')}: Queries.dequeue(batch_size=1) + log_jobs "
+        "(successful), one asyncpg connection; backlog by Queries.enqueue"
+    )
 
 
 def claim_costs(server: PgServer, sizes: list[int], claims: int) -> dict[str, Any]:
@@ -163,5 +163,5 @@ def claim_costs(server: PgServer, sizes: list[int], claims: int) -> dict[str, An
                 out["sizes"][peer][cc.label(size)] = asyncio.run(run(url, size, n))
             finally:
                 server.drop_database(url)
-    out["config"] = {peer: text for peer, text in _config().items() if peer in out["sizes"]}
+    out["config"] = {peer: _config(peer) for peer in out["sizes"]}
     return out

@@ -245,6 +245,23 @@ def owner_of(node: ServedNode, pid: str) -> tuple[str, int]:
     return str(shown["owner_id"]), int(shown["owner_epoch"])
 
 
+def shows(node: ServedNode, pid: str) -> bool:
+    """Whether `node` can show the pipeline (its own, or its replica of the owner's rows)."""
+    with httpx.Client(base_url=node.url, timeout=10, trust_env=False) as client:
+        response = client.get(f"/api/v1/pipelines/{pid}")
+    assert response.status_code in (200, 404), response.text
+    return response.status_code == 200
+
+
+def replicated(cluster: Cluster, pid: str, names: str) -> None:
+    """Wait until each node named holds the pipeline: the owner's rows reach a peer's replica
+    on its next pull, and a node still without them can neither show the owner nor take the
+    pipeline over (on a loaded machine that pull can lag the first tasks it ran)."""
+    for name in names:
+        node = cluster.nodes[name]
+        wait_until(lambda node=node: shows(node, pid), 20, f"{name} to hold a replica of {pid}")
+
+
 def owners(cluster: Cluster, pid: str) -> set[tuple[str, int]]:
     """The (owner, epoch) every running node shows for the pipeline."""
     return {

@@ -25,6 +25,7 @@ from tests.cluster.support import (
     post,
     ran_once,
     replicas_agree,
+    replicated,
     takeover_on,
 )
 from tests.e2e.conftest import wait_until
@@ -60,6 +61,7 @@ def _partition_and_heal(cluster: Cluster, partition: Partition, tmp_path: Path) 
     body = {"template": "custom", "tasks": effect_tasks(log, count, 0.25, "p")}
     pid = str(post(a, "/api/v1/pipelines", body)["pipeline_id"])
     wait_until(lambda: len(ran_once(log)) >= count // 10, 30, "a tenth of the tasks to run")
+    replicated(cluster, pid, "bc")
 
     # When a's link goes down for longer than the wait
     partition.cut()

@@ -24,6 +24,7 @@ from tests.cluster.support import (
     post,
     ran_once,
     replicas_agree,
+    replicated,
     takeover_on,
 )
 from tests.e2e.conftest import wait_until
@@ -58,6 +59,7 @@ def _suspend_and_take_over(cluster: Cluster, tmp_path: Path) -> None:
         30,
         "a tenth of the tasks to run",
     )
+    replicated(cluster, pid, "bc")
     assert a.proc is not None
     os.kill(a.proc.pid, signal.SIGSTOP)
     try:
@@ -100,6 +102,7 @@ def _start_pipeline(cluster: Cluster, tmp_path: Path, count: int = 40) -> tuple[
         30,
         "a tenth of the tasks to run",
     )
+    replicated(cluster, pid, "bc")
     return pid, log
 
 
@@ -251,6 +254,7 @@ def test_with_two_nodes_the_one_left_keeps_working_and_takes_the_sleepers_pipeli
             30,
             "a tenth of the tasks to run",
         )
+        replicated(cluster, pid, "b")
         assert a.proc is not None
         # When the desktop sleeps for longer than the wait
         os.kill(a.proc.pid, signal.SIGSTOP)
