@@ -315,6 +315,40 @@ class _Quiet:
         return True
 
 
+def test_a_repaired_gap_keeps_its_first_word_timed_from_the_clip_start() -> None:
+    import numpy as np
+
+    from fredica.executors import whisper_pass
+
+    # Given speech at 15-20 s that the first pass skipped (no word there), after a pause
+    audio = (np.arange(30 * 16_000) / 16_000).astype(np.float64)
+    rows = [_row(10.0, "a sentence before the pause"), _row(21.0, "and after it")]
+    speech = [(10.0, 12.6), (15.0, 20.0), (21.0, 22.6)]
+    # and a repair pass that times the gap's first word from its clip's start (14.5 s, the
+    # padding), its middle before the gap, as Whisper does with a clip's first word
+    heard = [(14.5, "Cada"), (15.2, "pueblo"), (15.8, "celebra"), (16.4, "su"), (17.0, "fiesta")]
+    model = _Model(heard)
+    spec = {"language": "es", "beam_size": 5}
+
+    # When the gap is repaired
+    out, report = whisper_pass.repair(model, audio, rows, speech, spec, _Quiet())
+
+    # Then every word of it is inserted, the first one too, and nothing around it twice
+    assert [r["text"] for r in out] == [
+        rows[0]["text"],
+        "Cada pueblo celebra su fiesta",
+        rows[1]["text"],
+    ]
+    assert report == [{"start": 15.0, "end": 20.0, "words": 5}]
+    # and where the gap begins right after a word (no pause), a word the pass hears again
+    # over that word stays out
+    before = [_row(10.0, "a sentence before the pause")]  # its last word: 12.0-12.5
+    again = _Model([(12.1, "pause"), (12.6, "Cada"), (13.2, "pueblo"), (13.8, "celebra")])
+    out, report = whisper_pass.repair(again, audio, before, [(10.0, 17.0)], spec, _Quiet())
+    assert [r["text"] for r in out] == [before[0]["text"], "Cada pueblo celebra"]
+    assert report == [{"start": 12.5, "end": 17.0, "words": 3}]
+
+
 def test_offline_analysis_works_in_any_language() -> None:
     from fredica.executors import extractive
 

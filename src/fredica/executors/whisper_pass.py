@@ -288,6 +288,12 @@ def repair(
     for start, end in gaps:
         reporter.wait_if_paused()
         lo, hi = max(0.0, start - REPAIR_PAD_SEC), min(duration, end + REPAIR_PAD_SEC)
+        # the pass's words are kept between the words around the gap, not only inside it:
+        # Whisper times the first word of a clip from the clip's start, so a short first
+        # word ("Los", "Cada") of a gap that begins where speech begins has its middle in
+        # the padding before it (seen here: a sentence's first word lost per repaired gap)
+        low = max([lo, *(e for _, e in spans if e <= start + 1e-6)])
+        high = min([hi, *(s for s, _ in spans if s >= end - 1e-6)])
         segments, _ = model.transcribe(
             audio[int(lo * SAMPLE_RATE) : int(hi * SAMPLE_RATE)],
             language=spec.get("language") or None,
@@ -295,7 +301,7 @@ def repair(
             beam_size=int(spec["beam_size"]),
             word_timestamps=True,
         )
-        found = _words_within(_rows(segments, lo, duration, reporter), start, end)
+        found = _words_within(_rows(segments, lo, duration, reporter), low, high)
         rows = sorted([*rows, *found], key=lambda r: float(r["start"]))
         repaired.append({"start": start, "end": end, "words": sum(len(r["words"]) for r in found)})
     return rows, repaired
