@@ -315,6 +315,31 @@ class _Quiet:
         return True
 
 
+def test_skipped_sentences_next_to_each_other_are_repaired_in_one_pass() -> None:
+    import numpy as np
+
+    from fredica.executors import whisper_pass
+
+    # gaps with no word between them join (up to one 30 s window); a word between keeps
+    # them apart, and so does the window's length
+    gaps = [(0.4, 4.9), (5.7, 9.9), (10.7, 14.4), (20.0, 24.0), (25.0, 56.0)]
+    words = [(15.0, 19.5)]
+    assert whisper_pass.joined_gaps(gaps, words) == [(0.4, 14.4), (20.0, 24.0), (25.0, 56.0)]
+    assert whisper_pass.joined_gaps([(0.0, 20.0), (21.0, 40.0)], []) == [(0, 20), (21, 40)]
+    # a first pass that skipped three sentences: one repair pass hears all of them
+    audio = (np.arange(30 * 16_000) / 16_000).astype(np.float64)
+    speech = [(0.4, 4.9), (5.7, 9.9), (10.7, 14.4), (15.0, 19.5)]
+    heard = [(0.5, "one"), (6.0, "two"), (11.0, "three")]
+    model = _Model(heard)
+    rows = [_row(15.0, "the first pass heard this")]
+    out, report = whisper_pass.repair(
+        model, audio, rows, speech, {"language": "en", "beam_size": 5}, _Quiet()
+    )
+    assert len(model.calls) == 1
+    assert [r["text"] for r in out] == ["one two three", rows[0]["text"]]
+    assert report == [{"start": 0.4, "end": 14.4, "words": 3}]
+
+
 def test_a_repaired_gap_keeps_its_first_word_timed_from_the_clip_start() -> None:
     import numpy as np
 

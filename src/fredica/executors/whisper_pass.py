@@ -43,6 +43,7 @@ SPEECH_PAD_SEC = 0.3  # word timings from cross-attention may stray this far out
 MIN_SPEECH_SHARE = 0.25  # a segment less than this much inside speech was heard in silence
 REPEAT_WORDS = 5  # a run of this many words written twice in one chunk is checked again
 END_REST_SEC = 1.0  # audio after a segment ending this close to the clip's end: not decoded
+WINDOW_SEC = 30.0  # one Whisper window: skipped speech is repaired in passes of at most this
 
 
 def uncovered(
@@ -272,6 +273,26 @@ def _words_within(rows: list[dict[str, Any]], start: float, end: float) -> list[
     return found
 
 
+def joined_gaps(
+    gaps: list[tuple[float, float]], words: list[tuple[float, float]], longest: float = WINDOW_SEC
+) -> list[tuple[float, float]]:
+    """Consecutive gaps with no word between them (skipped sentences and the pauses between
+    them) as one stretch of at most `longest` seconds: transcribed in one pass, it is heard as
+    in a Whisper window, not as short clips padded with silence, which the model hears worse
+    (seen here: 20 s a first pass had skipped, repaired sentence by sentence, misheard in
+    every other sentence). Pure."""
+    out: list[tuple[float, float]] = []
+    for start, end in gaps:
+        if out:
+            prev_start, prev_end = out[-1]
+            between = any(w_end > prev_end and w_start < start for w_start, w_end in words)
+            if not between and end - prev_start <= longest:
+                out[-1] = (prev_start, end)
+                continue
+        out.append((start, end))
+    return out
+
+
 def repair(
     model: Any,
     audio: Any,
@@ -283,7 +304,7 @@ def repair(
     """(rows with skipped speech transcribed and inserted, what was repaired)."""
     duration = len(audio) / SAMPLE_RATE
     spans = [(float(w["start"]), float(w["end"])) for r in rows for w in r.get("words") or []]
-    gaps = uncovered(speech, spans, MIN_GAP_SEC)
+    gaps = joined_gaps(uncovered(speech, spans, MIN_GAP_SEC), spans)
     repaired: list[dict[str, Any]] = []
     for start, end in gaps:
         reporter.wait_if_paused()
