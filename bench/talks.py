@@ -1,5 +1,6 @@
 """Generated talks for the transcript quality benchmark and tests: reference texts in English,
-German and Spanish, spoken by espeak-ng with or without pauses between sentences."""
+German, Spanish and French, spoken by espeak-ng (any of its voices, at any
+rate) with or without pauses between sentences."""
 
 from __future__ import annotations
 
@@ -147,17 +148,72 @@ SPANISH = (
     "Al final del día, las campanas de la iglesia marcan la hora de volver a casa.",
 )
 
+FRENCH = (
+    "La Loire est le plus long fleuve de France et traverse de nombreuses régions.",
+    "Au bord de l'eau, on trouve des châteaux construits pour les rois et leurs familles.",
+    "Les visiteurs viennent du monde entier pour admirer leurs jardins et leurs tours.",
+    "Au printemps, les vignes se couvrent de petites feuilles vertes.",
+    "Les vignerons surveillent le temps chaque matin, car le gel peut tout détruire.",
+    "En automne, la récolte du raisin réunit les voisins et les amis.",
+    "Le soir, on partage un repas simple avec du pain, du fromage et des fruits.",
+    "Dans les villages, le marché a lieu une fois par semaine sur la place.",
+    "Les paysans y vendent des légumes, des œufs et du miel de leurs ruches.",
+    "La boulangerie ouvre très tôt pour que chacun ait son pain frais.",
+    "Les enfants vont à l'école à pied et rentrent déjeuner à la maison.",
+    "Le mercredi après-midi, beaucoup d'entre eux font du sport ou de la musique.",
+    "Les bibliothèques prêtent des livres, des films et des jeux à toute la famille.",
+    "En été, les routes sont pleines de voitures qui partent vers la mer.",
+    "Sur la côte atlantique, les vagues attirent les surfeurs et les promeneurs.",
+    "Les marées changent le paysage deux fois par jour.",
+    "À marée basse, on peut marcher loin sur le sable et ramasser des coquillages.",
+    "Les phares guident encore les bateaux pendant les nuits de tempête.",
+    "Dans les montagnes, la neige reste parfois jusqu'au mois de juin.",
+    "Les bergers montent avec leurs troupeaux vers les prairies d'altitude.",
+    "Le fromage fabriqué là-haut a un goût très particulier.",
+    "Les trains à grande vitesse relient Paris aux grandes villes en quelques heures.",
+    "Autrefois, le même voyage prenait une journée entière.",
+    "Les musées de la capitale gardent des tableaux célèbres et des sculptures anciennes.",
+    "Le dimanche, les parcs se remplissent de familles et de joueurs de pétanque.",
+    "Les cafés installent leurs tables sur le trottoir dès les premiers beaux jours.",
+    "On y lit le journal, on discute et on regarde passer les gens.",
+    "Chaque région a ses fêtes, ses danses et ses chansons traditionnelles.",
+    "Les jeunes partent souvent étudier en ville, puis certains reviennent au pays.",
+    "À la fin de la journée, les cloches de l'église sonnent l'heure du dîner.",
+)
+
 TALKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "en": ("en-us", ENGLISH),
     "de": ("de", GERMAN),
     "es": ("es", SPANISH),
+    "fr": ("fr", FRENCH),
 }
 _WORD = re.compile(r"\w+(?:'\w+)?", re.UNICODE)
+# CJK ideographs (and the compatibility block): written without spaces, scored per character
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 
 def words(text: str) -> list[str]:
-    """Lower-cased words (any script), punctuation dropped."""
-    return [w.lower() for w in _WORD.findall(text)]
+    """Lower-cased words (any script), punctuation dropped; a Chinese character counts as a
+    word of its own (the error rate of Chinese is a character error rate)."""
+    out: list[str] = []
+    for w in _WORD.findall(text):
+        out += _split_han(w.lower()) if _HAN.search(w) else [w.lower()]
+    return out
+
+
+def _split_han(word: str) -> list[str]:
+    """`word` as its ideographs one by one and the runs of other letters between them."""
+    parts: list[str] = []
+    run = ""
+    for ch in word:
+        if _HAN.match(ch):
+            if run:
+                parts.append(run)
+                run = ""
+            parts.append(ch)
+        else:
+            run += ch
+    return parts + ([run] if run else [])
 
 
 def word_error_rate(reference: str, hypothesis: str) -> float:
@@ -183,9 +239,17 @@ def _trimmed(path: Path) -> tuple[bytes, int]:
     return samples[loud[0] : loud[-1] + 1].tobytes(), rate
 
 
-def speak(sentences: tuple[str, ...], out: Path, voice: str, pause_sec: float) -> Path:
-    """espeak-ng speech with exactly `pause_sec` of silence between sentences (espeak's own
-    trailing silence removed, so 0 means the sentences run on without any pause)."""
+def speak(
+    sentences: tuple[str, ...],
+    out: Path,
+    voice: str | tuple[str, ...],
+    pause_sec: float,
+    wpm: int = 150,
+) -> Path:
+    """espeak-ng speech at `wpm` words a minute with exactly `pause_sec` of silence between
+    sentences (espeak's own trailing silence removed, so 0 means the sentences run on without
+    any pause); several voices take turns sentence by sentence (a conversation)."""
+    voices = (voice,) if isinstance(voice, str) else voice
     exe = demo_media.espeak_binary()
     if exe is None:
         raise demo_media.MediaSetupError(f"espeak-ng is not installed: {demo_media.SETUP_HINT}")
@@ -195,7 +259,7 @@ def speak(sentences: tuple[str, ...], out: Path, voice: str, pause_sec: float) -
         for i, sentence in enumerate(sentences):
             part = Path(tmp) / f"s{i}.wav"
             subprocess.run(
-                [exe, "-v", voice, "-s", "150", "-w", str(part), sentence],
+                [exe, "-v", voices[i % len(voices)], "-s", str(wpm), "-w", str(part), sentence],
                 check=True,
                 capture_output=True,
             )
@@ -211,11 +275,19 @@ def speak(sentences: tuple[str, ...], out: Path, voice: str, pause_sec: float) -
 
 
 def make_talk(
-    out: Path, language: str, *, pauses: bool = True, repeat: int = 1, limit: int | None = None
+    out: Path,
+    language: str,
+    *,
+    pauses: bool = True,
+    repeat: int = 1,
+    limit: int | None = None,
+    voices: tuple[str, ...] = (),
+    wpm: int = 150,
 ) -> tuple[Path, str]:
     """(WAV of the talk, its reference text). Without pauses the sentences run on, so no
-    silence is found and every cut must be an overlap cut."""
+    silence is found and every cut must be an overlap cut. `voices` (espeak-ng voice names,
+    taking turns) replace the language's one voice."""
     voice, sentences = TALKS[language]
     chosen = (sentences[:limit] if limit else sentences) * repeat
-    wav = speak(chosen, out, voice, 0.8 if pauses else 0.0)
+    wav = speak(chosen, out, voices or voice, 0.8 if pauses else 0.0, wpm)
     return wav, " ".join(chosen)
