@@ -188,32 +188,11 @@ TALKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "fr": ("fr", FRENCH),
 }
 _WORD = re.compile(r"\w+(?:'\w+)?", re.UNICODE)
-# CJK ideographs (and the compatibility block): written without spaces, scored per character
-_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 
 def words(text: str) -> list[str]:
-    """Lower-cased words (any script), punctuation dropped; a Chinese character counts as a
-    word of its own (the error rate of Chinese is a character error rate)."""
-    out: list[str] = []
-    for w in _WORD.findall(text):
-        out += _split_han(w.lower()) if _HAN.search(w) else [w.lower()]
-    return out
-
-
-def _split_han(word: str) -> list[str]:
-    """`word` as its ideographs one by one and the runs of other letters between them."""
-    parts: list[str] = []
-    run = ""
-    for ch in word:
-        if _HAN.match(ch):
-            if run:
-                parts.append(run)
-                run = ""
-            parts.append(ch)
-        else:
-            run += ch
-    return parts + ([run] if run else [])
+    """Lower-cased words (any script), punctuation dropped."""
+    return [w.lower() for w in _WORD.findall(text)]
 
 
 def word_error_rate(reference: str, hypothesis: str) -> float:
