@@ -433,3 +433,59 @@ def test_the_first_pass_does_not_decode_the_last_moment_of_a_clip_on_its_own() -
     long_audio = np.zeros(40 * 16_000, dtype=np.float32)
     rows, _ = whisper_pass.first_pass(Lazy(), long_audio, spec, _Quiet())
     assert len(rows) == 3 and decoded == [0.0, 12.5, 29.4]
+
+
+class _Prompted(_Model):
+    """Hears `script` without a prompt, `with_prompt` when given one."""
+
+    def __init__(self, script: list[tuple[float, str]], with_prompt: list[tuple[float, str]]):
+        super().__init__(script)
+        self.with_prompt = with_prompt
+
+    def transcribe(self, audio: Any, **options: Any) -> tuple[list[_Heard], None]:
+        if options.get("initial_prompt"):
+            self.calls.append(options)
+            return _Model(self.with_prompt).transcribe(audio, **options)
+        return super().transcribe(audio, **options)
+
+
+def test_a_prompted_chunk_that_skips_its_start_is_transcribed_again_without_the_prompt() -> None:
+    import numpy as np
+
+    from fredica.executors import whisper_pass
+
+    # Given a chunk with speech throughout, and a model that, prompted with the previous
+    # chunk's text, writes the chunk's first sentence 20 s late and hears nothing before it
+    audio = (np.arange(30 * 16_000) / 16_000).astype(np.float64)
+    speech = [(0.0, 29.0)]
+    truth = [(0.5 + 1.0 * i, f"w{i}") for i in range(28)]
+    late = [(20.5 + 1.0 * i, f"w{i}") for i in range(8)]
+    model = _Prompted(truth, late)
+    spec = {"language": "en", "beam_size": 5, "vad_filter": False, "word_timestamps": True,
+            "initial_prompt": "what the previous chunk said"}  # fmt: skip
+    rows, _ = whisper_pass.first_pass(model, audio, spec, _Quiet())
+    assert whisper_pass.missed_speech(rows, speech) == pytest.approx(20.5)
+
+    # When it is checked against the speech
+    out, report, silent = whisper_pass.retry_unprompted(
+        model, audio, rows, speech, spec, _Quiet(), ["hm"]
+    )
+
+    # Then the unprompted pass, which misses nothing, is kept, and the report says so
+    assert [w["word"].strip() for r in out for w in r["words"]] == [w for _, w in truth]
+    assert report == {"missed_sec": 20.5, "missed_unprompted_sec": 0, "kept": "unprompted"}
+    assert silent == [] and model.calls[-1].get("initial_prompt") is None
+    # and an unprompted pass that misses more leaves the prompted one
+    worse = _Prompted([], late)
+    kept, report, silent = whisper_pass.retry_unprompted(
+        worse, audio, rows, speech, spec, _Quiet(), ["hm"]
+    )
+    assert kept == rows and report is not None and report["kept"] == "prompted"
+    assert silent == ["hm"]
+    # a chunk without a prompt, or one that misses little, is not run again
+    for unprompted_spec, few in ((dict(spec, initial_prompt=None), rows), (spec, out)):
+        calls = len(model.calls)
+        same = whisper_pass.retry_unprompted(
+            model, audio, few, speech, unprompted_spec, _Quiet(), []
+        )
+        assert same == (few, None, []) and len(model.calls) == calls

@@ -19,6 +19,10 @@ that contains a run of REPEAT_WORDS words already written earlier in the chunk (
 is transcribed again on its own, without any text to condition on, and what that pass hears in
 its time replaces it (only in the part of the file the merge takes from this chunk: `own_sec`).
 Speech that really repeats itself comes out the same the second time.
+A prompted first pass that leaves at least RETRY_MISSED_SEC of speech without words is run
+again without the prompt, and the pass missing less speech is kept (seen here: conditioned on
+the previous chunk's text, the first sentence written 20 s late over other speech; before,
+the hole was repaired stretch by stretch and heard worse than in one pass).
 The first pass stops reading segments after one that ends within END_REST_SEC of the clip's
 end: faster-whisper seeks to the last word and would decode those last few hundred
 milliseconds (a pause: chunk files end in one) as a window of their own, conditioned on the
@@ -44,6 +48,7 @@ MIN_SPEECH_SHARE = 0.25  # a segment less than this much inside speech was heard
 REPEAT_WORDS = 5  # a run of this many words written twice in one chunk is checked again
 END_REST_SEC = 1.0  # audio after a segment ending this close to the clip's end: not decoded
 WINDOW_SEC = 30.0  # one Whisper window: skipped speech is repaired in passes of at most this
+RETRY_MISSED_SEC = 8.0  # a prompted first pass missing this much speech is run again unprompted
 
 
 def uncovered(
@@ -180,13 +185,74 @@ def check_against_speech(
     repeated text heard again without context."""
     speech = speech_regions(audio)
     rows, silent = drop_silent_words(rows, speech)
+    rows, retried, silent = retry_unprompted(model, audio, rows, speech, spec, reporter, silent)
     rows, repaired = repair(model, audio, rows, speech, spec, reporter)
     rows, repeats = redecode_repeats(model, audio, rows, spec, reporter)
-    return rows, {
+    report: dict[str, Any] = {
         "dropped_in_silence": silent,
         "redecoded_repeats": repeats,
         "repaired_gaps": repaired,
     }
+    if retried is not None:
+        report["unprompted_retry"] = retried
+    return rows, report
+
+
+def word_spans(rows: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(start, end) of every word of `rows`. Pure."""
+    return [(float(w["start"]), float(w["end"])) for r in rows for w in r.get("words") or []]
+
+
+def missed_speech(rows: list[dict[str, Any]], speech: list[tuple[float, float]]) -> float:
+    """Seconds of speech in stretches of at least MIN_GAP_SEC that no word of `rows` covers.
+    Pure."""
+    spans = word_spans(rows)
+    return round(sum(end - start for start, end in uncovered(speech, spans, MIN_GAP_SEC)), 3)
+
+
+class _Within:
+    """A reporter whose 0-100 % maps onto [low, high] of the task's progress."""
+
+    def __init__(self, reporter: Any, low: float, high: float, note: str) -> None:
+        self._reporter, self._low, self._high, self._note = reporter, low, high, note
+
+    def progress(self, pct: float, note: str | None = None) -> None:
+        span = self._high - self._low
+        self._reporter.progress(self._low + span * pct / 100, f"{self._note} {note or ''}")
+
+    def wait_if_paused(self, timeout: float | None = None) -> bool:
+        return bool(self._reporter.wait_if_paused(timeout))
+
+
+def retry_unprompted(
+    model: Any,
+    audio: Any,
+    rows: list[dict[str, Any]],
+    speech: list[tuple[float, float]],
+    spec: dict[str, Any],
+    reporter: Any,
+    silent: list[str],
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[str]]:
+    """(rows, report or None, words dropped in silence): a prompted first pass that left at
+    least RETRY_MISSED_SEC of speech without words is run again without the prompt, and the
+    pass that misses less speech is kept. Conditioned on the previous chunk's text, Whisper
+    may write the chunk's first sentence 20 s late and skip what lies between, or jump over
+    the middle and fill the end with the prompt's sentences (seen here at 60 s chunks of a
+    talk with three voices); repairing such holes stretch by stretch hears them worse than
+    one pass over the chunk."""
+    if not spec.get("initial_prompt"):
+        return rows, None, silent
+    missed = missed_speech(rows, speech)
+    if missed < RETRY_MISSED_SEC:
+        return rows, None, silent
+    quiet = _Within(reporter, 90, 92, "again without the prompt:")
+    again, _ = first_pass(model, audio, {**spec, "initial_prompt": None}, quiet)
+    again, again_silent = drop_silent_words(again, speech)
+    missed_again = missed_speech(again, speech)
+    better = missed_again < missed
+    report = {"missed_sec": missed, "missed_unprompted_sec": missed_again, "kept": (
+        "unprompted" if better else "prompted")}  # fmt: skip
+    return (again, report, again_silent) if better else (rows, report, silent)
 
 
 def _grams(text: str, n: int) -> set[tuple[str, ...]]:
@@ -303,7 +369,7 @@ def repair(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(rows with skipped speech transcribed and inserted, what was repaired)."""
     duration = len(audio) / SAMPLE_RATE
-    spans = [(float(w["start"]), float(w["end"])) for r in rows for w in r.get("words") or []]
+    spans = word_spans(rows)
     gaps = joined_gaps(uncovered(speech, spans, MIN_GAP_SEC), spans)
     repaired: list[dict[str, Any]] = []
     for start, end in gaps:
