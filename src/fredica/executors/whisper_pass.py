@@ -245,7 +245,7 @@ def retry_unprompted(
     missed = missed_speech(rows, speech)
     if missed < RETRY_MISSED_SEC:
         return rows, None, silent
-    quiet = _Within(reporter, 90, 92, "again without the prompt:")
+    quiet = _Within(reporter, 92, 94, "again without the prompt:")  # after "checking" (92)
     again, _ = first_pass(model, audio, {**spec, "initial_prompt": None}, quiet)
     again, again_silent = drop_silent_words(again, speech)
     missed_again = missed_speech(again, speech)
