@@ -197,6 +197,8 @@ class Ownership:
         self._handoffs: dict[str, JSON] = {}
         #: tasks of pipelines being handed off: no report of them is accepted meanwhile
         self._frozen: set[str] = set()
+        #: pipelines whose hand-off runs now in this process: it settles them itself
+        self._handing_off: set[str] = set()
         self._claims_closed = False
         self._lock = asyncio.Lock()
         self.moves = 0  # pipelines moved to or from this node since it started
@@ -373,6 +375,8 @@ class Ownership:
                 )
                 return []
             words = await self._gather_claims(owner)
+            if words is None:
+                return []  # a peer that may hold claims did not say: asked again next tick
             moved: list[tuple[Pipeline, Transfer]] = []
             reports: list[settle.Word] = []
             self._claims_closed = True  # nothing of it is claimed before its reports apply
@@ -440,18 +444,34 @@ class Ownership:
         seen = self._last_seen.get(owner)
         return seen is not None and now - seen < self.wait
 
-    async def _gather_claims(self, owner: str) -> list[settle.Word]:
-        """What this node and every online peer run or ran of `owner`'s tasks."""
+    async def _gather_claims(self, owner: str) -> list[settle.Word] | None:
+        """What this node and every peer run or ran of `owner`'s tasks; None when a peer
+        heard from within the wait did not answer (offline for a moment, or too slow): its
+        claims and the results it keeps would be missed, and a task it ran would run again.
+        A peer silent for the whole wait counts as gone, like the owner."""
         answers = [await self._router.claims_of(owner)]
+        now = boottime()
         for peer in self._membership.peers():
-            if not (peer.online and peer.node_id and peer.owner) or peer.node_id == owner:
+            if not peer.node_id or peer.node_id in (owner, self.node_id):
                 continue
             try:
+                if not (peer.online and peer.owner):
+                    raise errors.StoreError("offline")
                 answers.append(await peer.owner.call("GET", "/cluster/claims", owner=owner))
             except errors.FredicaError as exc:
-                # it keeps its results in its outbox and sends them to the new owner later
+                seen = self._last_seen.get(peer.node_id)
+                if seen is not None and now - seen < self.wait:
+                    logger.warning(
+                        "takeover of %s postponed: peer %s did not say what it holds: %s",
+                        owner,
+                        peer.node_id,
+                        exc,
+                        extra={"action": "takeover"},
+                    )
+                    return None
+                # gone as long as the owner: it sends its outbox to the new owner later
                 logger.warning(
-                    "takeover of %s: peer %s did not say what it holds: %s",
+                    "takeover of %s: peer %s, silent for the whole wait, is not asked: %s",
                     owner,
                     peer.node_id,
                     exc,
@@ -664,6 +684,16 @@ class Ownership:
         return {"target": target.node_id, "handed_off": moved}
 
     async def _hand_off_one(self, pipeline: Pipeline, target: RemoteOwner) -> bool:
+        # while it runs, a contact with the target must not settle it: asked before the
+        # adopt arrives, the target says "not mine", and the durable mark would be erased
+        # (after a crash right after the adopt this node would then act on its stale rows)
+        self._handing_off.add(pipeline.id)
+        try:
+            return await self._hand_off_steps(pipeline, target)
+        finally:
+            self._handing_off.discard(pipeline.id)
+
+    async def _hand_off_steps(self, pipeline: Pipeline, target: RemoteOwner) -> bool:
         epoch = pipeline.owner_epoch + 1
         await self._freeze(pipeline.id)
         crash_point("handoff_frozen")
@@ -716,12 +746,18 @@ class Ownership:
 
     async def _settle_handoffs(self, peer: RemoteOwner) -> None:
         """Hand-offs to `peer` left unsettled (a lost answer, a crash): did it adopt?"""
-        mine = [pid for pid, h in self._handoffs.items() if h.get("target") == peer.node_id]
+        mine = {
+            pid: h
+            for pid, h in self._handoffs.items()
+            if h.get("target") == peer.node_id and pid not in self._handing_off
+        }
         if not mine:
             return
         answer = await peer.call("GET", "/cluster/owners", created_by=self.node_id)
         taken = {str(i[0]): int(i[2]) for i in answer.get("moved", []) if i[1] == peer.node_id}
-        for pipeline_id in mine:
+        for pipeline_id, record in mine.items():
+            if pipeline_id in self._handing_off or self._handoffs.get(pipeline_id) is not record:
+                continue  # a hand-off of it began meanwhile: the answer may predate its adopt
             if taken.get(pipeline_id, -1) >= int(self._handoffs[pipeline_id]["epoch"]):
                 await self._demote(pipeline_id, taken[pipeline_id], peer)
             logger.info(
